@@ -1,0 +1,86 @@
+package ratelimit
+
+import (
+	"sync"
+	"time"
+)
+
+// TokenBucket is a token bucket kept in this process, with the same exact
+// arithmetic as every Store (it decides with Step). Every decision is a
+// function of the bucket's state and the time passed in, so it is testable
+// without a real clock. It starts full.
+//
+// The bucket is local: N processes each holding one admit N times the rate. A
+// fleet should share a bucket through redisstore. A TokenBucket is safe for
+// simultaneous use by multiple goroutines.
+type TokenBucket struct {
+	mu     sync.Mutex
+	limits []Limit
+	st     State
+	buf    [1]Band
+}
+
+// NewTokenBucket returns a full bucket enforcing limit. The error wraps
+// ErrInvalidArgument when limit is invalid.
+func NewTokenBucket(limit Limit) (*TokenBucket, error) {
+	if err := limit.Validate(); err != nil {
+		return nil, err
+	}
+	b := &TokenBucket{limits: []Limit{limit}}
+	b.st.Bands = b.buf[:0]
+	return b, nil
+}
+
+// Allow reports whether one token could be taken at now, and takes it if so.
+func (b *TokenBucket) Allow(now time.Time) bool { return b.AllowN(now, 1) }
+
+// AllowN reports whether n tokens could be taken at now, and takes them if
+// so. It returns false, taking nothing, when fewer than n tokens are there,
+// and also when n is outside 1..capacity or now is out of range (Take says
+// which).
+func (b *TokenBucket) AllowN(now time.Time, n int64) bool {
+	d, err := b.Take(now, n)
+	return err == nil && d.Allowed
+}
+
+// Available returns the whole tokens in the bucket at now. The bucket is
+// refilled by the time elapsed; nothing is taken.
+func (b *TokenBucket) Available(now time.Time) int64 {
+	d, err := b.Peek(now)
+	if err != nil {
+		return 0
+	}
+	return d.Remaining
+}
+
+// Take takes n tokens at now if the bucket holds them, and returns the
+// Decision. The error wraps ErrInvalidArgument when n is outside 1..capacity
+// or now is before the Unix epoch or too far after it.
+func (b *TokenBucket) Take(now time.Time, n int64) (Decision, error) {
+	return b.apply(Request{Limits: b.limits, Cost: n, Now: now})
+}
+
+// Peek reports the bucket's standing at now without taking anything: Allowed
+// while at least one token is there, else Denied with the wait until one is.
+func (b *TokenBucket) Peek(now time.Time) (Decision, error) {
+	return b.apply(Request{Limits: b.limits, Peek: true, Now: now})
+}
+
+// Limit returns the bucket's limit.
+func (b *TokenBucket) Limit() Limit { return b.limits[0] }
+
+func (b *TokenBucket) apply(r Request) (Decision, error) {
+	if !r.Peek {
+		if err := validateCost(r.Limits, r.Cost); err != nil {
+			return Decision{}, err
+		}
+	}
+	us, err := Micros(r.Now)
+	if err != nil {
+		return Decision{}, err
+	}
+	b.mu.Lock()
+	d, _, _ := b.st.Step(r, us)
+	b.mu.Unlock()
+	return d, nil
+}

@@ -1,0 +1,72 @@
+package ratelimit
+
+import "time"
+
+// Decision is the outcome of a check: an ordinary value for both an admitted
+// and a denied request, never an error.
+type Decision struct {
+	// Allowed reports whether the request was admitted and its cost taken.
+	Allowed bool
+	// Remaining is the number of whole tokens left after the check. A denial
+	// consumes nothing, so it reports the untouched balance. With several
+	// limits it is the smallest balance among them.
+	Remaining int64
+	// RetryAfter is the wait until the bucket holds the requested cost
+	// (for Peek, one token). It is zero when the request was allowed.
+	RetryAfter time.Duration
+	// ResetAfter is the wait until the bucket is full again.
+	ResetAfter time.Duration
+	// Limit is the limit that bound the decision: the one that denied it, or,
+	// when allowed, the one with the fewest tokens left. With a single limit
+	// it is that limit.
+	Limit Limit
+	// Source tells what made the decision. The zero value, SourceStore, is
+	// the store the limiter was built on.
+	Source Source
+}
+
+// Enforced reports whether the decision was made against a token bucket: the
+// store's, a local fallback's or a denial cache's. A decision made by an outage
+// policy that admits or denies without a bucket is not enforced.
+func (d Decision) Enforced() bool {
+	return d.Source != SourceFailOpen && d.Source != SourceFailClosed
+}
+
+// Source tells what made a Decision.
+type Source uint8
+
+const (
+	// SourceStore: the store the limiter was built on decided, against the
+	// shared bucket when that store is shared.
+	SourceStore Source = iota
+	// SourceLocal: a process-local bucket decided because the shared store
+	// was unreachable.
+	SourceLocal
+	// SourceFailOpen: the store was unreachable and the request was admitted
+	// without a check.
+	SourceFailOpen
+	// SourceFailClosed: the store was unreachable and the request was denied
+	// without a check.
+	SourceFailClosed
+	// SourceCache: a local cache of recent denials denied the request without
+	// asking the store.
+	SourceCache
+)
+
+// String returns the source's name: "store", "local", "fail-open",
+// "fail-closed" or "cache".
+func (s Source) String() string {
+	switch s {
+	case SourceStore:
+		return "store"
+	case SourceLocal:
+		return "local"
+	case SourceFailOpen:
+		return "fail-open"
+	case SourceFailClosed:
+		return "fail-closed"
+	case SourceCache:
+		return "cache"
+	}
+	return "unknown"
+}

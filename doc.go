@@ -1,0 +1,60 @@
+// Package ratelimit is an exact token-bucket rate limiter whose state can live
+// in Redis, so that one limit holds across every process that checks it, or in
+// this process for a single instance and for tests.
+//
+// # The algorithm
+//
+// Each subject (a user, an API key, a tenant) has a bucket that holds up to
+// Capacity tokens and refills continuously at RefillTokens per RefillPeriod. A
+// check takes cost tokens when the bucket holds them and is denied otherwise; a
+// denial consumes nothing. Capacity is the burst: a subject that has been idle
+// can spend a full bucket at once, and is then paced by the refill rate.
+//
+// Refill is smooth and exact. Time is counted in whole microseconds and a
+// bucket's level in units of 1/RefillPeriod of a token, so refill over any
+// elapsed time is an integer and the remainder below one token is carried from
+// check to check, never rounded away and never counted twice. Only whole tokens
+// are spent or reported. Every quantity stays below 2^53, the range in which
+// Redis's Lua numbers are exact; Limit.Validate rejects policies that could
+// leave it.
+//
+// # Decisions and errors
+//
+// A check returns a Decision, an ordinary value for both outcomes: Allowed,
+// Remaining (the balance after the check), RetryAfter (the wait until cost
+// tokens are there) and ResetAfter (the wait until the bucket is full). An error
+// means the check could not be decided: invalid input (wrapping
+// ErrInvalidArgument, reported before any store is called), a malformed stored
+// bucket (ErrCorruptState), or a store that could not be reached. The library
+// applies no fallback of its own; package fallback offers the outage behaviours
+// as explicit choices.
+//
+// # Stores and keys
+//
+// A Limiter binds a policy and a namespace to a Store. Package memstore keeps
+// buckets in this process; package redisstore keeps them in Redis, where each
+// check is one script call that decides and consumes atomically. A subject's
+// whole bucket is one key, "<len(namespace)>:<namespace>:<subject>", so it
+// hashes to one slot on Redis Cluster and namespaces never collide. A key
+// expires once its bucket would be full again, so live keys track the subjects
+// seen within one refill window.
+//
+// # Time
+//
+// By default a store uses its own clock (Redis uses the server's TIME, so every
+// process shares one clock). WithClock injects a clock whose time is passed to
+// the store instead; tests use it to control time on every store without
+// sleeping. A clock that moves backwards credits nothing; the wait it causes is
+// folded into RetryAfter and the key's expiry.
+//
+// # Policy changes
+//
+// A bucket records the policy that wrote it. When a check with another policy
+// meets it, as during a rolling deploy, the subject keeps the lesser of its
+// whole tokens and the new capacity, drops its sub-token remainder, and is
+// credited no refill for the time before the change, so old and new instances
+// taking turns can never mint tokens.
+//
+// Limiter, TokenBucket and the stores in this module are safe for simultaneous
+// use by multiple goroutines.
+package ratelimit

@@ -1,0 +1,222 @@
+package ratelimit
+
+import (
+	"context"
+	"reflect"
+	"strconv"
+	"time"
+	"unsafe"
+)
+
+// DefaultNamespace is the namespace of a Limiter built without WithNamespace.
+const DefaultNamespace = "ratelimit"
+
+// Limiter binds a policy, a namespace and a subject type to a Store. Each
+// check decides and consumes atomically in the store; with redisstore that is
+// one script call, so the limit holds across every process that shares the
+// Redis. A Limiter is safe for simultaneous use by multiple goroutines.
+type Limiter[K any] struct {
+	store  Store
+	limits []Limit
+	ns     string
+	prefix string
+	encode func(K) string
+	clock  func() time.Time
+}
+
+// Option configures a Limiter.
+type Option func(*options)
+
+type options struct {
+	namespace string
+	clock     func() time.Time
+	codec     any
+}
+
+// WithNamespace sets the namespace that prefixes every key (default
+// "ratelimit"). Give each policy that is active at the same time its own
+// namespace.
+func WithNamespace(ns string) Option { return func(o *options) { o.namespace = ns } }
+
+// WithClock makes the limiter read the time of each check from clock and pass
+// it to the store, instead of letting the store use its own clock (for Redis,
+// the server's TIME). Tests use it to control time on every store; in
+// production the server's clock is usually the better choice, because every
+// process then shares it.
+func WithClock(clock func() time.Time) Option { return func(o *options) { o.clock = clock } }
+
+// WithKeyCodec sets the function that encodes a subject into the key suffix.
+// Subjects of type string, []byte and the integer kinds need none; any other
+// subject type must have one, and K must be the Limiter's subject type.
+func WithKeyCodec[K any](encode func(K) string) Option {
+	return func(o *options) { o.codec = encode }
+}
+
+// New returns a Limiter that enforces limit on subjects of type K through
+// store. It checks its arguments and does no I/O. The error wraps
+// ErrInvalidArgument.
+func New[K any](store Store, limit Limit, opts ...Option) (*Limiter[K], error) {
+	return NewMulti[K](store, []Limit{limit}, opts...)
+}
+
+// NewMulti returns a Limiter whose policy combines several limits, decided as
+// one: a check is admitted only when every limit holds the cost, and then
+// takes it from all of them; a denial takes from none. "5 per minute and 100
+// per day" is NewMulti(store, []Limit{PerMinute(5), NewLimit(100, 24*time.Hour, 100)}). The
+// bucket is still one key and one atomic step per check.
+func NewMulti[K any](store Store, limits []Limit, opts ...Option) (*Limiter[K], error) {
+	if store == nil {
+		return nil, invalid("store must not be nil")
+	}
+	if err := validateLimits(limits); err != nil {
+		return nil, err
+	}
+	o := options{namespace: DefaultNamespace, clock: nil}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.namespace == "" {
+		return nil, invalid("namespace must not be empty")
+	}
+	l := &Limiter[K]{
+		store:  store,
+		limits: append([]Limit(nil), limits...),
+		ns:     o.namespace,
+		prefix: strconv.Itoa(len(o.namespace)) + ":" + o.namespace + ":",
+		clock:  o.clock,
+	}
+	switch c := o.codec.(type) {
+	case nil:
+		enc, ok := builtinCodec[K]()
+		if !ok {
+			return nil, invalid("subject type %s needs WithKeyCodec", reflect.TypeFor[K]())
+		}
+		l.encode = enc
+	case func(K) string:
+		if c == nil {
+			return nil, invalid("key codec must not be nil")
+		}
+		l.encode = c
+	default:
+		return nil, invalid("key codec is a %T, want func(%s) string", c, reflect.TypeFor[K]())
+	}
+	return l, nil
+}
+
+// TryAcquire takes one token for subject if its bucket holds one. It never
+// waits: a denied Decision says how long to wait before trying again.
+func (l *Limiter[K]) TryAcquire(ctx context.Context, subject K) (Decision, error) {
+	return l.TryAcquireN(ctx, subject, 1)
+}
+
+// TryAcquireN takes cost tokens for subject if its bucket holds them, and
+// takes nothing otherwise. cost must be between 1 and the capacity; an
+// invalid cost or subject is an error wrapping ErrInvalidArgument, returned
+// before the store is called.
+func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (Decision, error) {
+	key, r, err := l.Request(subject, cost)
+	if err != nil {
+		return Decision{}, err
+	}
+	return l.store.Apply(ctx, key, r)
+}
+
+// Peek reports subject's standing without consuming: Allowed while at least
+// one token is there, else Denied with the wait until one is. The bucket is
+// refilled by the time elapsed, but nothing is taken.
+func (l *Limiter[K]) Peek(ctx context.Context, subject K) (Decision, error) {
+	key, r, err := l.request(subject, 1, true)
+	if err != nil {
+		return Decision{}, err
+	}
+	return l.store.Apply(ctx, key, r)
+}
+
+// Reset deletes subject's bucket, so that its next check starts full.
+func (l *Limiter[K]) Reset(ctx context.Context, subject K) error {
+	enc := l.encode(subject)
+	if enc == "" {
+		return invalid("subject must not be empty")
+	}
+	return l.store.Reset(ctx, l.prefix+enc)
+}
+
+// Key returns the store key that holds subject's bucket:
+// "<len(namespace)>:<namespace>:<encoded subject>". The length frame keeps
+// namespace "a" with subject "b:c" apart from namespace "a:b" with subject
+// "c".
+func (l *Limiter[K]) Key(subject K) string { return l.prefix + l.encode(subject) }
+
+// Request returns the key and the validated Request of a check of cost
+// tokens for subject, for running the check yourself: for example on a Redis
+// pipeline with redisstore's Queue. The error wraps ErrInvalidArgument.
+func (l *Limiter[K]) Request(subject K, cost int64) (key string, r Request, err error) {
+	return l.request(subject, cost, false)
+}
+
+func (l *Limiter[K]) request(subject K, cost int64, peek bool) (string, Request, error) {
+	r := Request{Limits: l.limits, Cost: cost, Peek: peek}
+	if !peek {
+		if err := validateCost(l.limits, cost); err != nil {
+			return "", Request{}, err
+		}
+	}
+	enc := l.encode(subject)
+	if enc == "" {
+		return "", Request{}, invalid("subject must not be empty")
+	}
+	if l.clock != nil {
+		r.Now = l.clock()
+		if _, err := Micros(r.Now); err != nil {
+			return "", Request{}, err
+		}
+	}
+	return l.prefix + enc, r, nil
+}
+
+// Limits returns the limiter's policy: the Limit it was built with, or the
+// Limits of NewMulti. The caller must not modify the slice.
+func (l *Limiter[K]) Limits() []Limit { return l.limits }
+
+// Namespace returns the namespace that prefixes the limiter's keys.
+func (l *Limiter[K]) Namespace() string { return l.ns }
+
+// Store returns the store the limiter decides through.
+func (l *Limiter[K]) Store() Store { return l.store }
+
+// builtinCodec returns the encoder of the subject types that need no codec:
+// those whose kind is string, []byte or an integer, named or not.
+func builtinCodec[K any]() (func(K) string, bool) {
+	t := reflect.TypeFor[K]()
+	switch t.Kind() {
+	case reflect.String:
+		return func(k K) string { return *(*string)(unsafe.Pointer(&k)) }, true
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return func(k K) string { return string(*(*[]byte)(unsafe.Pointer(&k))) }, true
+		}
+	case reflect.Int:
+		return func(k K) string { return strconv.FormatInt(int64(*(*int)(unsafe.Pointer(&k))), 10) }, true
+	case reflect.Int8:
+		return func(k K) string { return strconv.FormatInt(int64(*(*int8)(unsafe.Pointer(&k))), 10) }, true
+	case reflect.Int16:
+		return func(k K) string { return strconv.FormatInt(int64(*(*int16)(unsafe.Pointer(&k))), 10) }, true
+	case reflect.Int32:
+		return func(k K) string { return strconv.FormatInt(int64(*(*int32)(unsafe.Pointer(&k))), 10) }, true
+	case reflect.Int64:
+		return func(k K) string { return strconv.FormatInt(*(*int64)(unsafe.Pointer(&k)), 10) }, true
+	case reflect.Uint:
+		return func(k K) string { return strconv.FormatUint(uint64(*(*uint)(unsafe.Pointer(&k))), 10) }, true
+	case reflect.Uint8:
+		return func(k K) string { return strconv.FormatUint(uint64(*(*uint8)(unsafe.Pointer(&k))), 10) }, true
+	case reflect.Uint16:
+		return func(k K) string { return strconv.FormatUint(uint64(*(*uint16)(unsafe.Pointer(&k))), 10) }, true
+	case reflect.Uint32:
+		return func(k K) string { return strconv.FormatUint(uint64(*(*uint32)(unsafe.Pointer(&k))), 10) }, true
+	case reflect.Uint64:
+		return func(k K) string { return strconv.FormatUint(*(*uint64)(unsafe.Pointer(&k)), 10) }, true
+	case reflect.Uintptr:
+		return func(k K) string { return strconv.FormatUint(uint64(*(*uintptr)(unsafe.Pointer(&k))), 10) }, true
+	}
+	return nil, false
+}

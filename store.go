@@ -1,0 +1,69 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps token buckets by key and decides checks against them. Package
+// memstore keeps them in this process and package redisstore in Redis; a
+// Store may also wrap another, as package fallback does.
+//
+// A Store must be safe for simultaneous use by multiple goroutines, and must
+// not retain key or r.Limits after a call returns.
+type Store interface {
+	// Apply brings the bucket at key up to date and decides r against it, in
+	// one atomic step: when r.Peek is false and every limit's bucket holds
+	// r.Cost tokens, it takes them; otherwise it takes nothing. A missing
+	// bucket is full. The result is the same as Step's.
+	Apply(ctx context.Context, key string, r Request) (Decision, error)
+	// Reset deletes the bucket at key, so that its next check starts full.
+	Reset(ctx context.Context, key string) error
+}
+
+// Request is one check as a Store receives it.
+type Request struct {
+	// Limits is the policy: one Limit, or several that must all admit the
+	// request (a check takes Cost from each of them or from none).
+	Limits []Limit
+	// Cost is the number of tokens to take. Peek ignores it.
+	Cost int64
+	// Peek asks for the standing without consuming: Allowed while at least
+	// one token is there, else Denied with the wait until one is.
+	Peek bool
+	// Now is the time of the check. The zero Time means the store's own
+	// clock (for Redis, the server's TIME).
+	Now time.Time
+}
+
+// Validate reports whether a store can decide r: its limits are valid, Cost
+// is between 1 and every limit's capacity (unless Peek), and Now, when set, is
+// between the Unix epoch and 2^52 microseconds after it. The error wraps
+// ErrInvalidArgument.
+func (r Request) Validate() error {
+	if err := validateLimits(r.Limits); err != nil {
+		return err
+	}
+	if !r.Peek {
+		if err := validateCost(r.Limits, r.Cost); err != nil {
+			return err
+		}
+	}
+	if !r.Now.IsZero() {
+		if _, err := Micros(r.Now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Micros converts t to whole microseconds since the Unix epoch, the time unit
+// of the bucket arithmetic. It fails, wrapping ErrInvalidArgument, for a time
+// before the epoch or more than 2^52 microseconds (about 142 years) after it.
+func Micros(t time.Time) (int64, error) {
+	us := t.UnixMicro()
+	if us < 0 || us > MaxExact {
+		return 0, invalid("time must be between the Unix epoch and 2^52 µs after it (got %v)", t)
+	}
+	return us, nil
+}
