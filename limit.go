@@ -74,24 +74,33 @@ func (l Limit) String() string {
 //
 // The Redis script checks the same rules and reports them in the same words.
 func (l Limit) Validate() error {
-	switch {
-	case l.Capacity < 1:
-		return invalid("capacity must be at least 1 (got %d)", l.Capacity)
-	case l.RefillTokens < 1:
-		return invalid("refill tokens must be at least 1 (got %d)", l.RefillTokens)
-	case l.RefillPeriod < time.Microsecond:
-		return invalid("refill period must be at least 1µs (got %v)", l.RefillPeriod)
-	case l.RefillPeriod%time.Microsecond != 0:
-		return invalid("refill period must be a whole number of microseconds (got %v)", l.RefillPeriod)
-	case l.Capacity > MaxExact/l.periodMicros():
-		return invalid("capacity * refill period in µs must be at most 2^52 (got %d * %d)", l.Capacity, l.periodMicros())
-	case l.RefillTokens > MaxExact:
-		return invalid("refill tokens must be at most 2^52 (got %d)", l.RefillTokens)
+	if rule := l.brokenRule(); rule != "" {
+		return invalid("%s", rule)
 	}
 	return nil
 }
 
-// validateLimits checks a policy of one or more limits.
+// brokenRule returns the first rule of Validate that l breaks, or "".
+func (l Limit) brokenRule() string {
+	switch {
+	case l.Capacity < 1:
+		return fmt.Sprintf("capacity must be at least 1 (got %d)", l.Capacity)
+	case l.RefillTokens < 1:
+		return fmt.Sprintf("refill tokens must be at least 1 (got %d)", l.RefillTokens)
+	case l.RefillPeriod < time.Microsecond:
+		return fmt.Sprintf("refill period must be at least 1µs (got %v)", l.RefillPeriod)
+	case l.RefillPeriod%time.Microsecond != 0:
+		return fmt.Sprintf("refill period must be a whole number of microseconds (got %v)", l.RefillPeriod)
+	case l.Capacity > MaxExact/l.periodMicros():
+		return fmt.Sprintf("capacity * refill period in µs must be at most 2^52 (got %d * %d)", l.Capacity, l.periodMicros())
+	case l.RefillTokens > MaxExact:
+		return fmt.Sprintf("refill tokens must be at most 2^52 (got %d)", l.RefillTokens)
+	}
+	return ""
+}
+
+// validateLimits checks a policy of one or more limits. With several, the
+// error says which one broke a rule ("limit 1: ...").
 func validateLimits(limits []Limit) error {
 	if len(limits) == 0 {
 		return invalid("a policy needs at least one limit")
@@ -100,11 +109,11 @@ func validateLimits(limits []Limit) error {
 		return invalid("a policy may combine at most %d limits (got %d)", MaxLimits, len(limits))
 	}
 	for i, l := range limits {
-		if err := l.Validate(); err != nil {
+		if rule := l.brokenRule(); rule != "" {
 			if len(limits) == 1 {
-				return err
+				return invalid("%s", rule)
 			}
-			return fmt.Errorf("limit %d: %w", i, err)
+			return invalid("limit %d: %s", i, rule)
 		}
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"context"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/exactlimit/ratelimit"
@@ -28,6 +29,7 @@ const shardCount = 64
 type Store struct {
 	seed   maphash.Seed
 	clock  func() time.Time
+	cursor atomic.Uint32 // the next shard a sweep visits besides its own
 	shards [shardCount]shard
 }
 
@@ -87,20 +89,27 @@ func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (rat
 	}
 	sh := s.shard(key)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	sh.sweep(clock)
+	swept := sh.sweep(clock)
 	e := sh.buckets[key]
-	if e == nil {
-		var st ratelimit.State
-		d, ttl, write := st.Step(r, us)
-		if write {
-			sh.buckets[key] = &entry{st: st, expires: clock + ttl.Microseconds()}
-		}
-		return d, nil
+	fresh := e == nil
+	if fresh {
+		e = &entry{}
 	}
 	d, ttl, write := e.st.Step(r, us)
 	if write {
 		e.expires = clock + ttl.Microseconds()
+		if fresh {
+			sh.buckets[key] = e
+		}
+	}
+	sh.mu.Unlock()
+	if swept {
+		// Shards that see no checks are swept by the others, a bounded
+		// number of buckets at a time.
+		other := &s.shards[s.cursor.Add(1)%shardCount]
+		other.mu.Lock()
+		other.sweepSome(clock, 256)
+		other.mu.Unlock()
 	}
 	return d, nil
 }
@@ -147,18 +156,33 @@ func (s *Store) shard(key string) *shard {
 }
 
 // sweep drops expired buckets once the shard has served as many checks as it
-// holds buckets (at least 64), so that its cost per check is constant.
-func (sh *shard) sweep(now int64) {
+// holds buckets (at least 64), so that its cost per check is constant. It
+// reports whether it swept.
+func (sh *shard) sweep(now int64) bool {
 	sh.ops++
 	if sh.ops < max(64, len(sh.buckets)) {
-		return
+		return false
 	}
 	sh.sweepAll(now)
+	return true
 }
 
 func (sh *shard) sweepAll(now int64) {
 	sh.ops = 0
 	for k, e := range sh.buckets {
+		if e.expires <= now {
+			delete(sh.buckets, k)
+		}
+	}
+}
+
+// sweepSome visits at most n buckets, from a random place in the shard, and
+// drops the expired ones.
+func (sh *shard) sweepSome(now int64, n int) {
+	for k, e := range sh.buckets {
+		if n--; n < 0 {
+			return
+		}
 		if e.expires <= now {
 			delete(sh.buckets, k)
 		}

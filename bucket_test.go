@@ -1,0 +1,72 @@
+package ratelimit
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestTokenBucket(t *testing.T) {
+	b, err := NewTokenBucket(NewLimit(2, time.Second, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.UnixMicro(t0)
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	if got := b.Available(at(0)); got != 4 {
+		t.Fatalf("a new bucket holds %d, want 4 (full)", got)
+	}
+	if !b.AllowN(at(0), 3) || !b.Allow(at(0)) {
+		t.Fatal("a full bucket of 4 denied 3 then 1")
+	}
+	if b.Allow(at(499)) {
+		t.Fatal("allowed at 499 ms; the first token refills at 500 ms")
+	}
+	if !b.Allow(at(500)) {
+		t.Fatal("denied at 500 ms, when one token has refilled")
+	}
+	if b.AllowN(at(500), 5) {
+		t.Fatal("AllowN above the capacity returned true")
+	}
+	if _, err := b.Take(at(500), 5); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Take above the capacity: err = %v, want ErrInvalidArgument", err)
+	}
+	if _, err := b.Take(time.Unix(-10, 0), 1); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Take before the epoch: err = %v, want ErrInvalidArgument", err)
+	}
+	d, err := b.Peek(at(1500))
+	if err != nil || !d.Allowed || d.Remaining != 2 || d.ResetAfter != time.Second {
+		t.Fatalf("Peek at 1.5 s = %+v, %v; want allowed, 2 remaining, full in 1s", d, err)
+	}
+	if got := b.Available(at(1500)); got != 2 {
+		t.Fatalf("Peek took tokens: %d available, want 2", got)
+	}
+	if _, err := NewTokenBucket(Limit{}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("NewTokenBucket(Limit{}) err = %v, want ErrInvalidArgument", err)
+	}
+}
+
+func TestTokenBucketConcurrentUseAdmitsExactlyTheCapacity(t *testing.T) {
+	b, err := NewTokenBucket(PerHour(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.UnixMicro(t0)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 500 {
+				if b.Allow(now) {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 1000 {
+		t.Fatalf("admitted %d of 4000 at one instant, want exactly 1000", got)
+	}
+}

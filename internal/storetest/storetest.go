@@ -1,0 +1,283 @@
+// Package storetest is the behaviour suite every ratelimit.Store must pass:
+// memstore, redisstore on a standalone server and on a cluster, and the
+// wrappers around them. Run it from a store's tests with Run.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+)
+
+// Clock is a settable clock for WithClock.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a clock that reads t until moved.
+func NewClock(t time.Time) *Clock { return &Clock{now: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Add moves the clock by d, backwards when d is negative.
+func (c *Clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// Start is the time the suite's clocks start at.
+var Start = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// Run runs the behaviour suite against store. Each subtest uses its own
+// namespace, so the store may be shared with other tests.
+func Run(t *testing.T, store ratelimit.Store) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := NewClock(Start)
+			ns := fmt.Sprintf("suite-%s-%d", t.Name(), time.Now().UnixNano())
+			newLimiter := func(limits ...ratelimit.Limit) *ratelimit.Limiter[string] {
+				t.Helper()
+				l, err := ratelimit.NewMulti[string](store, limits, ratelimit.WithNamespace(ns), ratelimit.WithClock(clock.Now))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			tc.run(t, &env{ctx: context.Background(), clock: clock, newLimiter: newLimiter})
+		})
+	}
+}
+
+type env struct {
+	ctx        context.Context
+	clock      *Clock
+	newLimiter func(...ratelimit.Limit) *ratelimit.Limiter[string]
+}
+
+// want checks one decision.
+func want(t *testing.T, what string, d ratelimit.Decision, err error, allowed bool, remaining int64, retry, reset time.Duration) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if d.Allowed != allowed || d.Remaining != remaining || d.RetryAfter != retry || d.ResetAfter != reset {
+		t.Fatalf("%s = {allowed:%v remaining:%d retry:%v reset:%v}, want {allowed:%v remaining:%d retry:%v reset:%v}",
+			what, d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, allowed, remaining, retry, reset)
+	}
+}
+
+var cases = []struct {
+	name string
+	run  func(t *testing.T, e *env)
+}{
+	{"a full bucket admits its capacity then denies with the wait", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerSecond(4))
+		for i := range 4 {
+			d, err := l.TryAcquire(e.ctx, "s")
+			want(t, fmt.Sprintf("check %d", i), d, err, true, int64(3-i), 0, time.Duration(i+1)*250*time.Millisecond)
+		}
+		d, err := l.TryAcquire(e.ctx, "s")
+		want(t, "fifth check", d, err, false, 0, 250*time.Millisecond, time.Second)
+		e.clock.Add(249 * time.Millisecond)
+		d, err = l.TryAcquire(e.ctx, "s")
+		want(t, "249 ms later", d, err, false, 0, time.Millisecond, 751*time.Millisecond)
+		e.clock.Add(time.Millisecond)
+		d, err = l.TryAcquire(e.ctx, "s")
+		want(t, "250 ms later", d, err, true, 0, 0, time.Second)
+	}},
+	{"refill is smooth and carries the sub-token remainder", func(t *testing.T, e *env) {
+		// 3 tokens per 10 µs.
+		l := e.newLimiter(ratelimit.Limit{Capacity: 3, RefillTokens: 3, RefillPeriod: 10 * time.Microsecond})
+		d, err := l.TryAcquireN(e.ctx, "s", 3)
+		want(t, "drain", d, err, true, 0, 0, 10*time.Microsecond)
+		e.clock.Add(4 * time.Microsecond) // 1.2 tokens
+		d, err = l.TryAcquire(e.ctx, "s")
+		want(t, "+4µs", d, err, true, 0, 0, 10*time.Microsecond)
+		e.clock.Add(3 * time.Microsecond) // 0.2 + 0.9 = 1.1 tokens: the remainder counts
+		d, err = l.TryAcquire(e.ctx, "s")
+		want(t, "+7µs", d, err, true, 0, 0, 10*time.Microsecond)
+		e.clock.Add(2 * time.Microsecond) // 0.1 + 0.6
+		d, err = l.TryAcquire(e.ctx, "s")
+		want(t, "+9µs", d, err, false, 0, time.Microsecond, 8*time.Microsecond)
+	}},
+	{"a denial consumes nothing and reports the untouched balance", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerMinute(10))
+		d, err := l.TryAcquireN(e.ctx, "s", 7)
+		want(t, "cost 7", d, err, true, 3, 0, 42*time.Second)
+		for i := range 3 {
+			d, err = l.TryAcquireN(e.ctx, "s", 5)
+			want(t, fmt.Sprintf("cost 5, try %d", i), d, err, false, 3, 12*time.Second, 42*time.Second)
+		}
+		d, err = l.TryAcquireN(e.ctx, "s", 3)
+		want(t, "cost 3", d, err, true, 0, 0, time.Minute)
+	}},
+	{"peek refills but takes nothing", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerSecond(2))
+		d, err := l.Peek(e.ctx, "s")
+		want(t, "peek at a new subject", d, err, true, 2, 0, 0)
+		l.TryAcquireN(e.ctx, "s", 2)
+		d, err = l.Peek(e.ctx, "s")
+		want(t, "peek at an empty bucket", d, err, false, 0, 500*time.Millisecond, time.Second)
+		e.clock.Add(600 * time.Millisecond)
+		for i := range 3 {
+			d, err = l.Peek(e.ctx, "s")
+			want(t, fmt.Sprintf("peek %d after 600 ms", i), d, err, true, 1, 0, 400*time.Millisecond)
+		}
+		d, err = l.TryAcquire(e.ctx, "s")
+		want(t, "take after peeking", d, err, true, 0, 0, 900*time.Millisecond)
+	}},
+	{"reset deletes the bucket so the next check starts full", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerHour(5))
+		l.TryAcquireN(e.ctx, "s", 5)
+		if err := l.Reset(e.ctx, "s"); err != nil {
+			t.Fatal(err)
+		}
+		d, err := l.TryAcquire(e.ctx, "s")
+		want(t, "after reset", d, err, true, 4, 0, 12*time.Minute)
+		if err := l.Reset(e.ctx, "never-seen"); err != nil {
+			t.Fatalf("reset of a missing bucket: %v", err)
+		}
+	}},
+	{"subjects and namespaces are independent", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerSecond(1))
+		other := e.newLimiter(ratelimit.PerSecond(1))
+		d, err := l.TryAcquire(e.ctx, "a")
+		want(t, "a", d, err, true, 0, 0, time.Second)
+		d, err = l.TryAcquire(e.ctx, "b")
+		want(t, "b", d, err, true, 0, 0, time.Second)
+		d, err = other.TryAcquire(e.ctx, "a")
+		want(t, "a again in the same namespace", d, err, false, 0, time.Second, time.Second)
+	}},
+	{"a policy change carries over the lesser tokens with no refill credit", func(t *testing.T, e *env) {
+		old := e.newLimiter(ratelimit.PerSecond(10))
+		bigger := e.newLimiter(ratelimit.PerSecond(100))
+		smaller := e.newLimiter(ratelimit.PerSecond(4))
+		d, err := old.TryAcquireN(e.ctx, "s", 3)
+		want(t, "old policy", d, err, true, 7, 0, 300*time.Millisecond)
+		e.clock.Add(50 * time.Millisecond)
+		d, err = bigger.TryAcquire(e.ctx, "s")
+		want(t, "new policy", d, err, true, 6, 0, 940*time.Millisecond)
+		e.clock.Add(10 * time.Millisecond)
+		d, err = old.TryAcquire(e.ctx, "s")
+		want(t, "old policy again", d, err, true, 5, 0, 500*time.Millisecond)
+		d, err = smaller.TryAcquire(e.ctx, "s")
+		want(t, "smaller policy", d, err, true, 3, 0, 250*time.Millisecond)
+	}},
+	{"alternating policies during a deploy never mint tokens", func(t *testing.T, e *env) {
+		a := e.newLimiter(ratelimit.PerMinute(10))
+		b := e.newLimiter(ratelimit.NewLimit(10, time.Minute, 20))
+		admitted := 0
+		for i := range 60 {
+			l := a
+			if i%2 == 1 {
+				l = b
+			}
+			d, err := l.TryAcquire(e.ctx, "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+			e.clock.Add(100 * time.Millisecond) // 6 s in all: one token of refill
+		}
+		if admitted > 11 {
+			t.Fatalf("admitted %d in 6 s of alternating policies, want at most 10 + 1 refilled", admitted)
+		}
+	}},
+	{"a backward clock credits nothing and folds the wait into RetryAfter", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerSecond(10))
+		d, err := l.TryAcquireN(e.ctx, "s", 10)
+		want(t, "drain", d, err, true, 0, 0, time.Second)
+		e.clock.Add(-500 * time.Millisecond)
+		d, err = l.TryAcquire(e.ctx, "s")
+		want(t, "500 ms in the past", d, err, false, 0, 600*time.Millisecond, 1500*time.Millisecond)
+		e.clock.Add(600 * time.Millisecond)
+		d, err = l.TryAcquire(e.ctx, "s")
+		want(t, "100 ms after the bucket's time", d, err, true, 0, 0, time.Second)
+	}},
+	{"several limits are decided as one", func(t *testing.T, e *env) {
+		perMin := ratelimit.PerMinute(3)
+		perDay := ratelimit.NewLimit(5, 24*time.Hour, 5)
+		l := e.newLimiter(perMin, perDay)
+		for i := range 3 {
+			d, err := l.TryAcquire(e.ctx, "s")
+			want(t, fmt.Sprintf("check %d", i), d, err, true, int64(2-i), 0, time.Duration(i+1)*24*time.Hour/5)
+			if d.Limit != perMin {
+				t.Fatalf("check %d bound by %v, want %v", i, d.Limit, perMin)
+			}
+		}
+		d, err := l.TryAcquire(e.ctx, "s")
+		want(t, "fourth", d, err, false, 0, 20*time.Second, 3*24*time.Hour/5)
+		e.clock.Add(time.Minute)
+		for i := range 2 {
+			d, err = l.TryAcquire(e.ctx, "s")
+			if err != nil || !d.Allowed || d.Limit != perDay {
+				t.Fatalf("after a minute, check %d = %+v %v; want allowed, bound by the day limit", i, d, err)
+			}
+		}
+		d, err = l.TryAcquire(e.ctx, "s")
+		if err != nil || d.Allowed || d.Limit != perDay || d.Remaining != 0 {
+			t.Fatalf("sixth check of the day = %+v %v; want denied by the day limit", d, err)
+		}
+	}},
+	{"the largest exact values stay exact", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.Limit{Capacity: 1 << 32, RefillTokens: 1, RefillPeriod: 1 << 20 * time.Microsecond})
+		d, err := l.TryAcquireN(e.ctx, "s", 1<<32)
+		want(t, "drain 2^32", d, err, true, 0, 0, (1<<52)*time.Microsecond)
+		e.clock.Add((1<<20 - 1) * time.Microsecond)
+		d, err = l.TryAcquire(e.ctx, "s")
+		want(t, "1µs early", d, err, false, 0, time.Microsecond, (1<<52-1<<20+1)*time.Microsecond)
+		e.clock.Add(time.Microsecond)
+		d, err = l.TryAcquire(e.ctx, "s")
+		want(t, "on time", d, err, true, 0, 0, (1<<52)*time.Microsecond)
+	}},
+	{"concurrent checks at one instant admit exactly the capacity", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerHour(50))
+		var admitted, failed atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 25 {
+					d, err := l.TryAcquire(e.ctx, "hot")
+					if err != nil {
+						failed.Add(1)
+					} else if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if failed.Load() != 0 || admitted.Load() != 50 {
+			t.Fatalf("200 concurrent checks: %d admitted, %d failed; want exactly 50 admitted", admitted.Load(), failed.Load())
+		}
+	}},
+	{"invalid requests are refused by the store itself", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerSecond(1))
+		store := l.Store()
+		for _, r := range []ratelimit.Request{
+			{Limits: []ratelimit.Limit{{}}, Cost: 1},
+			{Limits: []ratelimit.Limit{ratelimit.PerSecond(1)}, Cost: 2},
+			{Limits: []ratelimit.Limit{ratelimit.PerSecond(1)}, Cost: 0},
+			{Limits: nil, Cost: 1},
+		} {
+			if _, err := store.Apply(e.ctx, l.Key("s"), r); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+				t.Errorf("Apply(%+v) err = %v, want ErrInvalidArgument", r, err)
+			}
+		}
+	}},
+}

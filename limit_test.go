@@ -1,0 +1,109 @@
+package ratelimit
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConstructors(t *testing.T) {
+	tests := []struct {
+		name string
+		got  Limit
+		want Limit
+	}{
+		{"PerSecond", PerSecond(100), Limit{100, 100, time.Second}},
+		{"PerMinute", PerMinute(5000), Limit{5000, 5000, time.Minute}},
+		{"PerHour", PerHour(7), Limit{7, 7, time.Hour}},
+		{"NewLimit", NewLimit(100, time.Second, 200), Limit{200, 100, time.Second}},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s = %+v, want %+v", tt.name, tt.got, tt.want)
+		}
+		if err := tt.got.Validate(); err != nil {
+			t.Errorf("%s.Validate() = %v, want nil", tt.name, err)
+		}
+	}
+}
+
+// invalidLimits lists a policy breaking each rule, with the words of the
+// rule. The Redis script's twin test reuses it.
+var invalidLimits = []struct {
+	limit Limit
+	rule  string
+}{
+	{Limit{0, 1, time.Second}, "capacity must be at least 1"},
+	{Limit{-5, 1, time.Second}, "capacity must be at least 1"},
+	{Limit{1, 0, time.Second}, "refill tokens must be at least 1"},
+	{Limit{1, -1, time.Second}, "refill tokens must be at least 1"},
+	{Limit{1, 1, 0}, "refill period must be at least 1µs"},
+	{Limit{1, 1, 999 * time.Nanosecond}, "refill period must be at least 1µs"},
+	{Limit{1, 1, -time.Second}, "refill period must be at least 1µs"},
+	{Limit{1, 1, 1500 * time.Nanosecond}, "refill period must be a whole number of microseconds"},
+	{Limit{1 << 52, 1, 2 * time.Microsecond}, "capacity * refill period in µs must be at most 2^52"},
+	{Limit{1 << 33, 1, time.Hour}, "capacity * refill period in µs must be at most 2^52"},
+	{Limit{1<<62 + 1, 1, time.Microsecond}, "capacity * refill period in µs must be at most 2^52"},
+	{Limit{1, 1<<52 + 1, time.Second}, "refill tokens must be at most 2^52"},
+}
+
+func TestValidateNamesTheRule(t *testing.T) {
+	for _, tt := range invalidLimits {
+		err := tt.limit.Validate()
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%+v.Validate() = %v, want an error wrapping ErrInvalidArgument", tt.limit, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.rule) {
+			t.Errorf("%+v.Validate() = %q, want it to name the rule %q", tt.limit, err, tt.rule)
+		}
+	}
+}
+
+func TestValidateAcceptsTheLargestExactValues(t *testing.T) {
+	for _, l := range []Limit{
+		{1 << 52, 1 << 52, time.Microsecond},
+		{1, 1, 1 << 52 * time.Microsecond / 1024},
+		{1 << 20, 1, 1 << 32 * time.Microsecond},
+	} {
+		if err := l.Validate(); err != nil {
+			t.Errorf("%+v.Validate() = %v, want nil", l, err)
+		}
+	}
+}
+
+func TestRequestValidate(t *testing.T) {
+	ok := []Limit{PerSecond(10)}
+	tests := []struct {
+		name string
+		r    Request
+		rule string
+	}{
+		{"no limits", Request{Cost: 1}, "a policy needs at least one limit"},
+		{"too many limits", Request{Limits: make([]Limit, MaxLimits+1), Cost: 1}, "at most 8 limits"},
+		{"cost zero", Request{Limits: ok, Cost: 0}, "cost must be at least 1"},
+		{"cost negative", Request{Limits: ok, Cost: -3}, "cost must be at least 1"},
+		{"cost above capacity", Request{Limits: ok, Cost: 11}, "cost must not exceed capacity"},
+		{"cost above the smaller capacity", Request{Limits: []Limit{PerSecond(10), PerSecond(5)}, Cost: 6}, "cost must not exceed capacity"},
+		{"second limit invalid", Request{Limits: []Limit{PerSecond(10), {}}, Cost: 1}, "limit 1: capacity must be at least 1"},
+		{"time before the epoch", Request{Limits: ok, Cost: 1, Now: time.Unix(-1, 0)}, "time must be between the Unix epoch and 2^52 µs after it"},
+		{"time too late", Request{Limits: ok, Cost: 1, Now: time.UnixMicro(MaxExact + 1)}, "time must be between the Unix epoch and 2^52 µs after it"},
+	}
+	for _, tt := range tests {
+		err := tt.r.Validate()
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tt.rule) {
+			t.Errorf("%s: Validate() = %v, want ErrInvalidArgument naming %q", tt.name, err, tt.rule)
+		}
+	}
+	for _, r := range []Request{
+		{Limits: ok, Cost: 10},
+		{Limits: ok, Peek: true},
+		{Limits: ok, Cost: 1, Now: time.UnixMicro(MaxExact)},
+		{Limits: ok, Cost: 1, Now: time.Unix(0, 0)},
+	} {
+		if err := r.Validate(); err != nil {
+			t.Errorf("%+v.Validate() = %v, want nil", r, err)
+		}
+	}
+}

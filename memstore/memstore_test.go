@@ -1,0 +1,85 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/memstore"
+)
+
+func TestSuite(t *testing.T) {
+	storetest.Run(t, memstore.New())
+}
+
+func TestStoreClockDecidesRequestsWithoutATime(t *testing.T) {
+	clock := storetest.NewClock(storetest.Start)
+	s := memstore.New(memstore.WithClock(clock.Now))
+	l, _ := ratelimit.New[string](s, ratelimit.PerSecond(1))
+	ctx := context.Background()
+	if d, _ := l.TryAcquire(ctx, "s"); !d.Allowed {
+		t.Fatal("first check denied")
+	}
+	if d, _ := l.TryAcquire(ctx, "s"); d.Allowed {
+		t.Fatal("second check at the same instant allowed")
+	}
+	clock.Add(time.Second)
+	if d, _ := l.TryAcquire(ctx, "s"); !d.Allowed {
+		t.Fatal("denied a second later on the store's clock")
+	}
+}
+
+func TestFullBucketsAreReclaimed(t *testing.T) {
+	clock := storetest.NewClock(storetest.Start)
+	s := memstore.New(memstore.WithClock(clock.Now))
+	l, _ := ratelimit.New[string](s, ratelimit.PerSecond(10))
+	ctx := context.Background()
+	const n = 10_000
+	for i := range n {
+		if _, err := l.TryAcquire(ctx, fmt.Sprint("subject-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Len(); got != n {
+		t.Fatalf("holding %d buckets after %d subjects, want %d", got, n, n)
+	}
+	// 100 ms later each bucket is full again: checks on one subject sweep
+	// the rest out within as many checks as buckets are held.
+	clock.Add(100 * time.Millisecond)
+	for range 2 * n {
+		l.TryAcquire(ctx, "hot")
+	}
+	if got := s.Len(); got > 1+64 {
+		t.Fatalf("holding %d buckets after they refilled, want at most the hot one and a shard's slack", got)
+	}
+	clock.Add(time.Second)
+	s.Sweep()
+	if got := s.Len(); got != 0 {
+		t.Fatalf("Sweep left %d buckets, want 0", got)
+	}
+}
+
+func TestBucketsAreNotReclaimedBeforeTheyRefill(t *testing.T) {
+	clock := storetest.NewClock(storetest.Start)
+	s := memstore.New(memstore.WithClock(clock.Now))
+	l, _ := ratelimit.New[string](s, ratelimit.PerSecond(10))
+	ctx := context.Background()
+	l.TryAcquireN(ctx, "s", 10)
+	clock.Add(999 * time.Millisecond)
+	s.Sweep()
+	if d, _ := l.TryAcquireN(ctx, "s", 10); d.Allowed {
+		t.Fatal("a bucket 1 ms short of full was swept out and admitted a full burst")
+	}
+}
+
+func TestCancelledContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	l, _ := ratelimit.New[string](memstore.New(), ratelimit.PerSecond(1))
+	if _, err := l.TryAcquire(ctx, "s"); err != context.Canceled {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+}

@@ -1,0 +1,241 @@
+package ratelimit
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// op is one check in a step table: at t microseconds, take cost (or peek)
+// under limits (the table's policy when nil), and expect the decision.
+type op struct {
+	t       int64
+	cost    int64
+	peek    bool
+	limits  []Limit
+	allowed bool
+	remain  int64
+	retry   time.Duration
+	reset   time.Duration
+}
+
+const t0 = int64(1_700_000_000_000_000) // a realistic time in µs
+
+func runSteps(t *testing.T, policy []Limit, ops []op) {
+	t.Helper()
+	var st State
+	for i, o := range ops {
+		limits := o.limits
+		if limits == nil {
+			limits = policy
+		}
+		r := Request{Limits: limits, Cost: o.cost, Peek: o.peek}
+		if err := r.Validate(); err != nil {
+			t.Fatalf("step %d: invalid request: %v", i, err)
+		}
+		d, ttl, _ := st.Step(r, t0+o.t)
+		if d.Allowed != o.allowed || d.Remaining != o.remain || d.RetryAfter != o.retry || d.ResetAfter != o.reset {
+			t.Fatalf("step %d at +%dµs cost %d peek %v: got allowed=%v remaining=%d retry=%v reset=%v, want allowed=%v remaining=%d retry=%v reset=%v",
+				i, o.t, o.cost, o.peek, d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, o.allowed, o.remain, o.retry, o.reset)
+		}
+		if min := (d.ResetAfter + time.Millisecond - 1).Truncate(time.Millisecond); ttl < min || ttl < time.Millisecond {
+			t.Fatalf("step %d: ttl %v is shorter than the reset %v (or 1ms)", i, ttl, d.ResetAfter)
+		}
+	}
+}
+
+func TestStepSmoothRefillCarriesTheRemainder(t *testing.T) {
+	// 3 tokens every 10 µs: one token per 3⅓ µs. A stepped or rounded
+	// refill would lose or double-count the thirds.
+	l := []Limit{{Capacity: 3, RefillTokens: 3, RefillPeriod: 10 * time.Microsecond}}
+	runSteps(t, l, []op{
+		{t: 0, cost: 3, allowed: true, remain: 0, reset: 10 * time.Microsecond},
+		// After 3 µs: 0.9 tokens, not enough; one is there after 4 µs (⌈10/3⌉).
+		{t: 3, cost: 1, allowed: false, remain: 0, retry: 1 * time.Microsecond, reset: 7 * time.Microsecond},
+		{t: 4, cost: 1, allowed: true, remain: 0, reset: 10 * time.Microsecond},
+		// The 0.2 token left over at 4 µs is carried: the next token needs
+		// 0.8 more, 2.67 µs, so it is there at 7 µs, not 8.
+		{t: 6, cost: 1, allowed: false, remain: 0, retry: 1 * time.Microsecond, reset: 8 * time.Microsecond},
+		{t: 7, cost: 1, allowed: true, remain: 0, reset: 10 * time.Microsecond},
+		// Peeking does not take, and reports the wait for one token.
+		{t: 8, peek: true, allowed: false, remain: 0, retry: 2 * time.Microsecond, reset: 9 * time.Microsecond},
+		{t: 17, peek: true, allowed: true, remain: 3},
+		{t: 17, cost: 2, allowed: true, remain: 1, reset: 7 * time.Microsecond},
+	})
+}
+
+func TestStepDenialConsumesNothing(t *testing.T) {
+	runSteps(t, []Limit{PerSecond(10)}, []op{
+		{t: 0, cost: 8, allowed: true, remain: 2, reset: 800 * time.Millisecond},
+		{t: 0, cost: 5, allowed: false, remain: 2, retry: 300 * time.Millisecond, reset: 800 * time.Millisecond},
+		{t: 0, cost: 5, allowed: false, remain: 2, retry: 300 * time.Millisecond, reset: 800 * time.Millisecond},
+		{t: 0, cost: 2, allowed: true, remain: 0, reset: time.Second},
+	})
+}
+
+func TestStepNoDriftOverManySteps(t *testing.T) {
+	// 7 tokens per 3 seconds on an emptied bucket, taken one at a time as
+	// soon as each is there: the n-th must come exactly at ⌈n*3s/7⌉.
+	l := Limit{Capacity: 5, RefillTokens: 7, RefillPeriod: 3 * time.Second}
+	var st State
+	if d, _, _ := st.Step(Request{Limits: []Limit{l}, Cost: 5}, t0); !d.Allowed {
+		t.Fatal("a full bucket denied its capacity")
+	}
+	r := Request{Limits: []Limit{l}, Cost: 1}
+	now := t0
+	for n := int64(1); n <= 100_000; n++ {
+		d, _, _ := st.Step(r, now)
+		if d.Allowed {
+			t.Fatalf("token %d was there before its time", n)
+		}
+		now += d.RetryAfter.Microseconds()
+		if d, _, _ = st.Step(r, now); !d.Allowed {
+			t.Fatalf("token %d denied after waiting RetryAfter", n)
+		}
+		if want := t0 + ceilDiv(n*3_000_000, 7); now != want {
+			t.Fatalf("token %d taken at +%dµs, want +%dµs (drift %dµs)", n, now-t0, want-t0, now-want)
+		}
+	}
+}
+
+func TestStepExactAtTheLargestSizes(t *testing.T) {
+	// Capacity * period = 2^52 exactly, one token per 2^20 µs.
+	l := Limit{Capacity: 1 << 32, RefillTokens: 1, RefillPeriod: 1 << 20 * time.Microsecond}
+	runSteps(t, []Limit{l}, []op{
+		{t: 0, cost: 1 << 32, allowed: true, remain: 0, reset: (1 << 52) * time.Microsecond},
+		{t: 1<<20 - 1, cost: 1, allowed: false, remain: 0, retry: time.Microsecond, reset: (1<<52 - 1<<20 + 1) * time.Microsecond},
+		{t: 1 << 20, cost: 1, allowed: true, remain: 0, reset: (1 << 52) * time.Microsecond},
+	})
+	// A refill rate of 2^52 tokens per µs refills any bucket in one µs.
+	big := Limit{Capacity: 1 << 52, RefillTokens: 1 << 52, RefillPeriod: time.Microsecond}
+	runSteps(t, []Limit{big}, []op{
+		{t: 0, cost: 1 << 52, allowed: true, remain: 0, reset: time.Microsecond},
+		{t: 1, cost: 1 << 52, allowed: true, remain: 0, reset: time.Microsecond},
+	})
+}
+
+func TestStepBackwardClock(t *testing.T) {
+	runSteps(t, []Limit{PerSecond(10)}, []op{
+		{t: 1_000_000, cost: 10, allowed: true, remain: 0, reset: time.Second},
+		// The clock jumps back 500 ms: nothing is credited, and the wait
+		// counts from the bucket's own time.
+		{t: 500_000, cost: 1, allowed: false, remain: 0, retry: 600 * time.Millisecond, reset: 1500 * time.Millisecond},
+		// Forward again, 100 ms after the bucket's time: one token.
+		{t: 1_100_000, cost: 1, allowed: true, remain: 0, reset: time.Second},
+	})
+}
+
+func TestStepPolicyChange(t *testing.T) {
+	old := []Limit{PerSecond(10)}
+	bigger := []Limit{PerSecond(100)}
+	smaller := []Limit{PerSecond(4)}
+	runSteps(t, old, []op{
+		{t: 0, cost: 3, allowed: true, remain: 7, reset: 300 * time.Millisecond},
+		// 50 ms later the old policy would have half a token more; the new
+		// one keeps the 7 whole tokens, drops the remainder, credits no
+		// refill for the time before the change.
+		{t: 50_000, cost: 1, limits: bigger, allowed: true, remain: 6, reset: 940 * time.Millisecond},
+		// Back on the old policy: the lesser of 6 and 10, again no credit.
+		{t: 60_000, cost: 1, allowed: true, remain: 5, reset: 500 * time.Millisecond},
+		// A smaller policy caps the tokens at its capacity.
+		{t: 60_000, cost: 1, limits: smaller, allowed: true, remain: 3, reset: 250 * time.Millisecond},
+	})
+}
+
+func TestStepAlternatingPoliciesNeverMint(t *testing.T) {
+	a, b := []Limit{PerSecond(10)}, []Limit{NewLimit(1, time.Second, 20)}
+	var st State
+	admitted := 0
+	for i := range 1000 {
+		p := a
+		if i%2 == 1 {
+			p = b
+		}
+		d, _, _ := st.Step(Request{Limits: p, Cost: 1}, t0+int64(i)) // 1 ms of the fleet's time
+		if d.Allowed {
+			admitted++
+		}
+	}
+	// Within one millisecond neither policy refills a whole token: only the
+	// first full bucket (10 tokens) can be spent.
+	if admitted > 10 {
+		t.Fatalf("alternating policies admitted %d, want at most 10", admitted)
+	}
+}
+
+func TestStepFullBucketIsLikeAMissingOne(t *testing.T) {
+	runSteps(t, []Limit{PerSecond(10)}, []op{
+		{t: 0, cost: 10, allowed: true, remain: 0, reset: time.Second},
+		// A second later the bucket is full under its own policy: a new
+		// policy meets a missing bucket and starts full at its capacity.
+		{t: 1_000_000, cost: 1, limits: []Limit{PerSecond(100)}, allowed: true, remain: 99, reset: 10 * time.Millisecond},
+	})
+}
+
+func TestStepPeekAtMissingBucketWritesNothing(t *testing.T) {
+	var st State
+	d, _, write := st.Step(Request{Limits: []Limit{PerSecond(5)}, Peek: true}, t0)
+	if !d.Allowed || d.Remaining != 5 || write || len(st.Bands) != 0 {
+		t.Fatalf("peek at a missing bucket = %+v write=%v state=%+v, want allowed, 5 remaining, nothing written", d, write, st)
+	}
+}
+
+func TestStepMultipleLimits(t *testing.T) {
+	perMin := Limit{Capacity: 5, RefillTokens: 5, RefillPeriod: time.Minute}
+	perDay := Limit{Capacity: 100, RefillTokens: 100, RefillPeriod: 24 * time.Hour}
+	policy := []Limit{perMin, perDay}
+	var st State
+	for i := range 5 {
+		d, _, _ := st.Step(Request{Limits: policy, Cost: 1}, t0)
+		if !d.Allowed || d.Remaining != int64(4-i) || d.Limit != perMin {
+			t.Fatalf("check %d = %+v, want allowed with %d remaining bound by the minute limit", i, d, 4-i)
+		}
+	}
+	d, _, _ := st.Step(Request{Limits: policy, Cost: 1}, t0)
+	if d.Allowed || d.Limit != perMin || d.RetryAfter != 12*time.Second {
+		t.Fatalf("sixth check = %+v, want denied by the minute limit, retry after 12s", d)
+	}
+	// The denial took nothing from the day's band.
+	if got := st.Bands[1].Level / perDay.periodMicros(); got != 95 {
+		t.Fatalf("day band holds %d tokens, want 95", got)
+	}
+	if d.ResetAfter != 5*24*time.Hour/100 {
+		t.Fatalf("reset after %v, want the day band's %v", d.ResetAfter, 5*24*time.Hour/100)
+	}
+}
+
+// TestStepProperties checks, over random operations, the invariants that
+// hold whatever the arithmetic: a bucket never holds more than its capacity,
+// a denial takes nothing, and over any run the tokens taken never exceed the
+// capacity plus the refill of the time that passed.
+func TestStepProperties(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 200 {
+		l := Limit{
+			Capacity:     1 + rng.Int64N(50),
+			RefillTokens: 1 + rng.Int64N(20),
+			RefillPeriod: time.Duration(1+rng.Int64N(5_000_000)) * time.Microsecond,
+		}
+		var st State
+		now, start := t0, t0
+		taken := int64(0)
+		for range 300 {
+			now += rng.Int64N(l.periodMicros()/2 + 1)
+			cost := 1 + rng.Int64N(l.Capacity)
+			before := State{Last: st.Last, Bands: append([]Band(nil), st.Bands...)}
+			d, _, _ := st.Step(Request{Limits: []Limit{l}, Cost: cost}, now)
+			if d.Allowed {
+				taken += cost
+			} else if len(before.Bands) > 0 && len(st.Bands) > 0 && st.Bands[0].Level < before.Bands[0].Level {
+				t.Fatalf("trial %d: a denial lowered the level", trial)
+			}
+			if d.Remaining < 0 || d.Remaining > l.Capacity {
+				t.Fatalf("trial %d: remaining %d outside 0..%d", trial, d.Remaining, l.Capacity)
+			}
+			bound := l.Capacity + (now-start)*l.RefillTokens/l.periodMicros()
+			if taken > bound {
+				t.Fatalf("trial %d: took %d tokens, more than the %d the policy allows", trial, taken, bound)
+			}
+		}
+	}
+}
