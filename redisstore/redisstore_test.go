@@ -1,0 +1,426 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/memstore"
+	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+func standalone(t *testing.T) (*redistest.Server, redis.UniversalClient) {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	client := redistest.NewClient(srv.Addr())
+	t.Cleanup(func() { client.Close() })
+	return srv, client
+}
+
+func TestSuiteStandalone(t *testing.T) {
+	_, client := standalone(t)
+	storetest.Run(t, redisstore.New(client))
+}
+
+func TestSuiteCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 0)
+	client := redistest.NewClusterClient(cluster.Addrs()...)
+	t.Cleanup(func() { client.Close() })
+	store := redisstore.New(client)
+	storetest.Run(t, store)
+
+	t.Run("subjects spread over every master, one key each", func(t *testing.T) {
+		ctx := context.Background()
+		l, err := ratelimit.New[int](store, ratelimit.PerMinute(10), ratelimit.WithNamespace("spread"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		perMaster := map[string]int{}
+		for i := range 300 {
+			if d, err := l.TryAcquire(ctx, i); err != nil || !d.Allowed {
+				t.Fatalf("subject %d: %+v %v", i, d, err)
+			}
+			perMaster[cluster.MasterOf(redistest.SlotOf(l.Key(i))).Addr()]++
+		}
+		for _, m := range cluster.Masters() {
+			mc := redistest.NewClient(m.Addr())
+			n, err := mc.DBSize(ctx).Result()
+			mc.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 || perMaster[m.Addr()] == 0 {
+				t.Fatalf("master %s holds %d keys (%d subjects hash to it), want some of the 300", m.Addr(), n, perMaster[m.Addr()])
+			}
+		}
+	})
+}
+
+// exec runs the script directly, bypassing every Go check, with the raw
+// ARGV given.
+func exec(ctx context.Context, c redis.UniversalClient, key string, argv ...any) (any, error) {
+	return c.Eval(ctx, redisstore.Script, []string{key}, argv...).Result()
+}
+
+func lim(capacity, refill int64, period time.Duration) ratelimit.Limit {
+	return ratelimit.Limit{Capacity: capacity, RefillTokens: refill, RefillPeriod: period}
+}
+
+func TestScriptChecksTheSameRulesInTheSameWords(t *testing.T) {
+	_, client := standalone(t)
+	ctx := context.Background()
+	us := func(d time.Duration) int64 { return int64(d / time.Microsecond) }
+	tests := []struct {
+		name string
+		r    ratelimit.Request
+		argv []any // the same request as the script sees it
+	}{
+		{"capacity 0", ratelimit.Request{Limits: []ratelimit.Limit{lim(0, 1, time.Second)}, Cost: 1}, []any{"", 1, 0, 0, 1, us(time.Second)}},
+		{"capacity negative", ratelimit.Request{Limits: []ratelimit.Limit{lim(-4, 1, time.Second)}, Cost: 1}, []any{"", 1, 0, -4, 1, us(time.Second)}},
+		{"refill tokens 0", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 0, time.Second)}, Cost: 1}, []any{"", 1, 0, 1, 0, us(time.Second)}},
+		{"period 0", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 1, 0)}, Cost: 1}, []any{"", 1, 0, 1, 1, 0}},
+		{"period below 1µs", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 1, 500)}, Cost: 1}, []any{"", 1, 0, 1, 1, "0.5"}},
+		{"period not whole µs", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 1, 1500)}, Cost: 1}, []any{"", 1, 0, 1, 1, "1.5"}},
+		{"capacity × period too large", ratelimit.Request{Limits: []ratelimit.Limit{lim(1 << 33, 1, time.Hour)}, Cost: 1}, []any{"", 1, 0, int64(1) << 33, 1, us(time.Hour)}},
+		{"capacity × period just too large", ratelimit.Request{Limits: []ratelimit.Limit{lim(1<<52 + 1, 1, time.Microsecond)}, Cost: 1}, []any{"", 1, 0, int64(1)<<52 + 1, 1, 1}},
+		{"refill tokens too large", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 1<<52 + 1, time.Second)}, Cost: 1}, []any{"", 1, 0, 1, int64(1)<<52 + 1, us(time.Second)}},
+		{"cost 0", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 0}, []any{"", 0, 0, 5, 5, us(time.Second)}},
+		{"cost above capacity", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 6}, []any{"", 6, 0, 5, 5, us(time.Second)}},
+		{"no limits", ratelimit.Request{Cost: 1}, []any{"", 1, 0}},
+		{"nine limits", ratelimit.Request{Limits: make([]ratelimit.Limit, 9), Cost: 1}, append([]any{"", 1, 0}, func() []any {
+			var a []any
+			for range 9 {
+				a = append(a, 1, 1, 1)
+			}
+			return a
+		}()...)},
+		{"second limit invalid", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5), lim(5, 0, time.Second)}, Cost: 1}, []any{"", 1, 0, 5, 5, us(time.Second), 5, 0, us(time.Second)}},
+		{"time before the epoch", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 1, Now: time.UnixMicro(-1)}, []any{-1, 1, 0, 5, 5, us(time.Second)}},
+		{"time too late", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 1, Now: time.UnixMicro(ratelimit.MaxExact + 1)}, []any{ratelimit.MaxExact + 1, 1, 0, 5, 5, us(time.Second)}},
+	}
+	rule := func(err error) string {
+		msg := err.Error()
+		_, msg, _ = strings.Cut(msg, "invalid argument: ")
+		msg, _, _ = strings.Cut(msg, " (got")
+		msg, _, _ = strings.Cut(msg, " script: ")
+		return msg
+	}
+	for _, tt := range tests {
+		goErr := tt.r.Validate()
+		_, luaErr := exec(ctx, client, "twin", tt.argv...)
+		if goErr == nil || luaErr == nil {
+			t.Errorf("%s: Go says %v, the script says %v; want both to refuse", tt.name, goErr, luaErr)
+			continue
+		}
+		if !errors.Is(goErr, ratelimit.ErrInvalidArgument) || rule(goErr) == "" || rule(goErr) != rule(luaErr) {
+			t.Errorf("%s: Go broke rule %q, the script rule %q; want the same words", tt.name, rule(goErr), rule(luaErr))
+		}
+	}
+	// And both accept the largest exact values.
+	for _, argv := range [][]any{
+		{"", 1, 0, int64(1) << 52, int64(1) << 52, 1},
+		{ratelimit.MaxExact, 1, 0, 1, 1, 1},
+		{0, 1, 1, 1, 1, 1},
+	} {
+		if _, err := exec(ctx, client, "twin-ok", argv...); err != nil {
+			t.Errorf("script refused %v: %v", argv, err)
+		}
+	}
+	// Values Go's types cannot express are refused too.
+	for _, argv := range [][]any{
+		{"", "1.5", 0, 5, 5, 1000000},
+		{"", 1, 0, "2.5", 5, 1000000},
+		{"", 1, 0, "x", 5, 1000000},
+		{"", 1, 2, 5, 5, 1000000},
+		{"1.5", 1, 0, 5, 5, 1000000},
+		{"", 1, 0, "nan", 5, 1000000},
+		{"", 1, 0, "inf", 5, 1000000},
+	} {
+		if _, err := exec(ctx, client, "twin-bad", argv...); err == nil || !strings.Contains(err.Error(), "ratelimit: invalid argument: ") {
+			t.Errorf("script accepted %v: err = %v", argv, err)
+		}
+	}
+	if n, _ := client.Exists(ctx, "twin").Result(); n != 0 {
+		t.Fatal("a refused request wrote the bucket")
+	}
+}
+
+func TestMalformedStateIsAnErrorAndGrantsNothing(t *testing.T) {
+	_, client := standalone(t)
+	ctx := context.Background()
+	l, _ := ratelimit.New[string](redisstore.New(client), ratelimit.PerSecond(10))
+	now := fmt.Sprint(time.Now().UnixMicro())
+	for _, bad := range []string{
+		"",
+		"garbage",
+		now,
+		now + " 5 10 10",
+		now + " x 10 10 1000000",
+		now + " 5 10 10 1000000 7",
+		now + " -1 10 10 1000000",
+		now + " 10000001 10 10 1000000",
+		now + " 5 0 10 1000000",
+		now + " 5 10 10 0",
+		"-5 5 10 10 1000000",
+		"99999999999999999999 5 10 10 1000000",
+		now + " 5.5 10 10 1000000",
+	} {
+		key := l.Key("s")
+		if err := client.Set(ctx, key, bad, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := l.TryAcquire(ctx, "s")
+		if !errors.Is(err, ratelimit.ErrCorruptState) || d.Allowed {
+			t.Errorf("stored %q: got %+v, %v; want an error wrapping ErrCorruptState", bad, d, err)
+		}
+		if got, _ := client.Get(ctx, key).Result(); got != bad {
+			t.Errorf("stored %q was rewritten to %q", bad, got)
+		}
+	}
+	client.Del(ctx, l.Key("s"))
+	client.HSet(ctx, l.Key("s"), "tokens", 10)
+	if _, err := l.TryAcquire(ctx, "s"); !errors.Is(err, ratelimit.ErrCorruptState) {
+		t.Errorf("a hash at the key: err = %v, want ErrCorruptState", err)
+	}
+}
+
+func commandCalls(t *testing.T, c redis.UniversalClient, cmd string) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			return n
+		}
+	}
+	return 0
+}
+
+// sent records the commands a client sends.
+type sent struct{ names []string }
+
+func (h *sent) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *sent) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.names = append(h.names, cmd.Name())
+		return next(ctx, cmd)
+	}
+}
+func (h *sent) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func TestOneRoundTripAndOneEvalOnNoscript(t *testing.T) {
+	srv, admin := standalone(t)
+	ctx := context.Background()
+	client := redistest.NewClient(srv.Addr())
+	defer client.Close()
+	if err := client.Ping(ctx).Err(); err != nil { // open the connection first
+		t.Fatal(err)
+	}
+	hook := &sent{}
+	client.AddHook(hook)
+	l, _ := ratelimit.New[string](redisstore.New(client), ratelimit.PerSecond(10))
+	admin.ScriptFlush(ctx)
+	admin.ConfigResetStat(ctx)
+	if _, err := l.TryAcquire(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(hook.names, " "); got != "evalsha eval" {
+		t.Fatalf("first check after SCRIPT FLUSH sent %q, want %q", got, "evalsha eval")
+	}
+	hook.names = nil
+	for range 5 {
+		l.TryAcquire(ctx, "s")
+	}
+	if got := strings.Join(hook.names, " "); got != strings.TrimSpace(strings.Repeat("evalsha ", 5)) {
+		t.Fatalf("five more checks sent %q, want five EVALSHA", got)
+	}
+	if es, e, load := commandCalls(t, admin, "evalsha"), commandCalls(t, admin, "eval"), commandCalls(t, admin, "script|load"); es != 6 || e != 1 || load != 0 {
+		t.Fatalf("the server ran %d EVALSHA, %d EVAL, %d SCRIPT LOAD; want 6, 1, 0", es, e, load)
+	}
+}
+
+func TestOneStringKeyPerSubjectExpiringWhenFull(t *testing.T) {
+	_, client := standalone(t)
+	ctx := context.Background()
+	store := redisstore.New(client)
+	l, _ := ratelimit.New[string](store, ratelimit.PerMinute(10), ratelimit.WithNamespace("ttl"))
+	l.TryAcquireN(ctx, "s", 5)
+	keys, _ := client.Keys(ctx, "*").Result()
+	if len(keys) != 1 || keys[0] != "3:ttl:s" {
+		t.Fatalf("keys after one check = %v, want [3:ttl:s]", keys)
+	}
+	if typ, _ := client.Type(ctx, keys[0]).Result(); typ != "string" {
+		t.Fatalf("the bucket is a %s, want a string", typ)
+	}
+	// 5 tokens of 10 per minute refill in 30 s.
+	if ttl, _ := client.PTTL(ctx, keys[0]).Result(); ttl > 30*time.Second || ttl < 29*time.Second {
+		t.Fatalf("PTTL = %v, want just under 30s", ttl)
+	}
+	// A bucket refilled to full in a millisecond gets the 1 ms minimum.
+	fast, _ := ratelimit.New[string](store, ratelimit.Limit{Capacity: 1000, RefillTokens: 1000, RefillPeriod: time.Millisecond}, ratelimit.WithNamespace("fast"))
+	fast.TryAcquire(ctx, "s")
+	if ttl, _ := client.PTTL(ctx, fast.Key("s")).Result(); ttl > time.Millisecond || ttl == -1*time.Nanosecond {
+		t.Fatalf("PTTL of a bucket full in 1µs = %v, want at most 1ms (and an expiry)", ttl)
+	}
+	// Without an injected clock the script reads the server's TIME.
+	l.TryAcquire(ctx, "s")
+	raw, _ := client.Get(ctx, l.Key("s")).Result()
+	last, _ := strconv.ParseInt(strings.Fields(raw)[0], 10, 64)
+	serverNow, _ := client.Time(ctx).Result()
+	if diff := serverNow.UnixMicro() - last; diff < 0 || diff > int64(5*time.Second/time.Microsecond) {
+		t.Fatalf("stored time %d is %dµs from the server's TIME", last, diff)
+	}
+}
+
+func TestQueueOnAPipeline(t *testing.T) {
+	_, client := standalone(t)
+	ctx := context.Background()
+	now := storetest.Start
+	l, _ := ratelimit.New[string](redisstore.New(client), ratelimit.PerSecond(2), ratelimit.WithClock(func() time.Time { return now }))
+	key, r, err := l.Request("s", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe := client.TxPipeline()
+	set := pipe.Set(ctx, "other", "x", 0)
+	first := redisstore.Queue(ctx, pipe, key, r)
+	second := redisstore.Queue(ctx, pipe, key, r)
+	incr := pipe.Incr(ctx, "counter")
+	bad := redisstore.Queue(ctx, pipe, key, ratelimit.Request{Limits: r.Limits, Cost: 3})
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if set.Err() != nil || incr.Val() != 1 {
+		t.Fatalf("the pipeline's other commands: %v, %v", set.Err(), incr.Val())
+	}
+	if d, err := first.Result(); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("first queued check = %+v, %v; want allowed with 0 left", d, err)
+	}
+	if d, err := second.Result(); err != nil || d.Allowed || d.RetryAfter != time.Second {
+		t.Fatalf("second queued check = %+v, %v; want denied, retry after 1s", d, err)
+	}
+	if _, err := bad.Result(); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+		t.Fatalf("an invalid queued check: err = %v, want ErrInvalidArgument", err)
+	}
+}
+
+func TestUnreachableServerIsAnError(t *testing.T) {
+	srv, client := standalone(t)
+	srv.Kill()
+	l, _ := ratelimit.New[string](redisstore.New(client), ratelimit.PerSecond(2))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	d, err := l.TryAcquire(ctx, "s")
+	if err == nil || d.Allowed {
+		t.Fatalf("check against a dead server = %+v, %v; want an error", d, err)
+	}
+	if errors.Is(err, ratelimit.ErrInvalidArgument) || errors.Is(err, ratelimit.ErrCorruptState) || !strings.Contains(err.Error(), l.Key("s")) {
+		t.Fatalf("err = %v; want a connection error that names the key", err)
+	}
+	if err := l.Reset(ctx, "s"); err == nil {
+		t.Fatal("Reset against a dead server returned nil")
+	}
+}
+
+// TestDifferential runs random operation sequences (time steps forward and
+// backward, costs, peeks, resets, policy switches, several limits) through
+// the pure Step, memstore and the Redis script, and compares every Decision
+// and the Redis key's expiry.
+func TestDifferential(t *testing.T) {
+	_, client := standalone(t)
+	ctx := context.Background()
+	rs := redisstore.New(client)
+	// memstore's own clock stands still, so it never expires a bucket on its
+	// own; the test removes Redis's expiry after checking it, for the same
+	// reason: expiry runs on real time, the decisions on the test's clock.
+	ms := memstore.New(memstore.WithClock(func() time.Time { return storetest.Start }))
+	policies := [][]ratelimit.Limit{
+		{ratelimit.PerSecond(10)},
+		{ratelimit.PerSecond(7)},
+		{ratelimit.NewLimit(3, 10*time.Microsecond, 5)},
+		{ratelimit.NewLimit(7, 3*time.Second, 4)},
+		{ratelimit.PerMinute(5), ratelimit.NewLimit(100, 24*time.Hour, 100)},
+		{ratelimit.NewLimit(1, time.Microsecond, 1)},
+		{{Capacity: 1 << 32, RefillTokens: 3, RefillPeriod: 1 << 20 * time.Microsecond}},
+		{ratelimit.PerSecond(7), ratelimit.PerSecond(10)},
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	for seq := range 40 {
+		key := fmt.Sprintf("diff-%d", seq)
+		var pure ratelimit.State
+		now := storetest.Start.UnixMicro()
+		policy := policies[rng.IntN(len(policies))]
+		for step := range 60 {
+			switch x := rng.IntN(100); {
+			case x < 8:
+				policy = policies[rng.IntN(len(policies))]
+			case x < 12:
+				now -= rng.Int64N(2_000_000)
+			case x < 60:
+				now += rng.Int64N(400_000)
+			case x < 64:
+				now += rng.Int64N(1 << 40)
+			}
+			minCap := policy[0].Capacity
+			for _, l := range policy {
+				minCap = min(minCap, l.Capacity)
+			}
+			r := ratelimit.Request{Limits: policy, Cost: 1 + rng.Int64N(min(minCap, 12)), Now: time.UnixMicro(now)}
+			if rng.IntN(10) == 0 {
+				r.Cost = minCap
+			}
+			what := fmt.Sprintf("seq %d step %d (%+v at %d)", seq, step, r, now)
+			switch x := rng.IntN(100); {
+			case x < 4:
+				pure = ratelimit.State{}
+				if err := ms.Reset(ctx, key); err != nil {
+					t.Fatal(err)
+				}
+				if err := rs.Reset(ctx, key); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			case x < 20:
+				r.Peek = true
+			}
+			want, ttl, write := pure.Step(r, now)
+			got, err := ms.Apply(ctx, key, r)
+			if err != nil || got != want {
+				t.Fatalf("%s: memstore %+v %v, Step %+v", what, got, err, want)
+			}
+			// The script, its key's expiry and the removal of that expiry
+			// run in one MULTI, so that no real time passes between them.
+			pipe := client.TxPipeline()
+			check := redisstore.Queue(ctx, pipe, key, r)
+			pttl := pipe.PTTL(ctx, key)
+			pipe.Persist(ctx, key)
+			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+				t.Fatalf("%s: %v", what, err)
+			}
+			got, err = check.Result()
+			if err != nil || got != want {
+				t.Fatalf("%s: redis %+v %v, Step %+v", what, got, err, want)
+			}
+			if write && (pttl.Val() > ttl || pttl.Val() < ttl-time.Second) {
+				t.Fatalf("%s: PTTL %v, Step's ttl %v", what, pttl.Val(), ttl)
+			}
+			if got, err := rs.Apply(ctx, key+"-apply", r); err != nil || got.Allowed != want.Allowed && step == 0 {
+				t.Fatalf("%s: Apply on a fresh key: %+v %v", what, got, err)
+			}
+		}
+	}
+}
