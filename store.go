@@ -67,3 +67,23 @@ func Micros(t time.Time) (int64, error) {
 	}
 	return us, nil
 }
+
+// BatchStore is a Store that can decide many checks in one round trip.
+// Limiter.TryAcquireMany uses it when the store has it, and calls Apply once
+// per item otherwise.
+type BatchStore interface {
+	Store
+	// ApplyBatch decides every item as Apply would, filling in its Decision
+	// or Err. The items are independent decisions, not a transaction: some
+	// may be decided while others fail.
+	ApplyBatch(ctx context.Context, items []BatchItem)
+}
+
+// BatchItem is one check of a batch: its key and request in, its decision or
+// error out.
+type BatchItem struct {
+	Key      string
+	Request  Request
+	Decision Decision
+	Err      error
+}
