@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The project's one test command, for a developer's machine and for CI alike:
+#   ./scripts/test.sh [extra go test flags, e.g. -run TestFoo -v]
+#
+# On a fresh Debian machine it installs redis-server and redis-cli (Debian's
+# redis-server and redis-tools packages). No Redis service is needed or
+# started: the tests start their own redis-server processes on free loopback
+# ports (see internal/redistest).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# Debian installs redis-server in /usr/bin, but a non-root PATH may lack sbin.
+export PATH="$PATH:/usr/bin:/usr/sbin"
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# Debian's policy-rc.d hook: while it exits 101, package scripts start no
+# service. Set only during our own apt-get install when none existed.
+POLICY_RC=/usr/sbin/policy-rc.d
+SUDO=
+remove_policy() { $SUDO rm -f "$POLICY_RC"; }
+
+install_redis() {
+	if [ "$(id -u)" -ne 0 ]; then
+		if ! command -v sudo >/dev/null; then
+			log "redis-server is missing and sudo is not available: install Debian's redis-server and redis-tools as root"
+			exit 1
+		fi
+		SUDO=sudo
+	fi
+	# Keep the Debian redis-server service from being started by the
+	# package's postinst: the tests start their own servers.
+	local own_policy=0
+	if [ ! -e "$POLICY_RC" ]; then
+		own_policy=1
+		trap remove_policy EXIT
+		printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$POLICY_RC" >/dev/null
+		$SUDO chmod 755 "$POLICY_RC"
+	fi
+	$SUDO apt-get update
+	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y \
+		-o DPkg::Lock::Timeout=600 --no-install-recommends redis-server redis-tools
+	if [ "$own_policy" = 1 ]; then
+		remove_policy
+		trap - EXIT
+	fi
+}
+
+have_redis() { command -v redis-server >/dev/null && command -v redis-cli >/dev/null; }
+
+if ! have_redis; then
+	log "redis-server or redis-cli not found: installing Debian's redis-server and redis-tools"
+	install_redis
+	have_redis || { log "redis-server still not found after apt-get install"; exit 1; }
+fi
+log "$(redis-server --version)"
+
+command -v go >/dev/null || { log "go not found on PATH"; exit 1; }
+
+log "go vet ./..."
+go vet ./...
+
+log "gofmt check"
+unformatted="$(find . -path ./.git -prune -o -name '*.go' -not -path '*/testdata/*' -print0 | xargs -0 -r gofmt -l)"
+if [ -n "$unformatted" ]; then
+	log "these files are not gofmt-formatted (run gofmt -w on them):"
+	printf '%s\n' "$unformatted" >&2
+	exit 1
+fi
+
+log "go test -race -count=1 -shuffle=on ./... $*"
+go test -race -count=1 -shuffle=on ./... "$@"
+
+if [ -f bench/go.mod ]; then
+	log "nested module ./bench: go vet and go test"
+	(cd bench && go vet ./... && go test -count=1 ./...)
+fi
