@@ -60,14 +60,28 @@ var ScriptSHA = func() string {
 // Store keeps token buckets in Redis. It is safe for simultaneous use by
 // multiple goroutines, and does no I/O until a check.
 type Store struct {
-	client redis.UniversalClient
+	client   redis.UniversalClient
+	coalesce bool
+	batch    coalescer
 }
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithoutCoalescing makes every check its own round trip. By default, checks
+// that arrive while another is in flight are sent together in one pipeline
+// when it returns (see ApplyBatch); each is still its own atomic script call.
+func WithoutCoalescing() Option { return func(s *Store) { s.coalesce = false } }
 
 // New returns a Store over client, which may be a *redis.Client, a
 // *redis.ClusterClient, a failover client or a *redis.Ring. See the package
 // documentation for the client settings a limiter needs.
-func New(client redis.UniversalClient) *Store {
-	return &Store{client: client}
+func New(client redis.UniversalClient, opts ...Option) *Store {
+	s := &Store{client: client, coalesce: true}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // ClientOptions returns o with the settings a limiter needs: no command
@@ -91,6 +105,14 @@ func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (rat
 	if err := r.Validate(); err != nil {
 		return ratelimit.Decision{}, err
 	}
+	if s.coalesce {
+		return s.applyCoalesced(ctx, key, r)
+	}
+	return s.apply(ctx, key, r)
+}
+
+// apply sends one check: EVALSHA, and EVAL when the script is not cached.
+func (s *Store) apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
 	args := Args(r)
 	keys := []string{key}
 	res, err := s.client.EvalSha(ctx, ScriptSHA, keys, args...).Result()

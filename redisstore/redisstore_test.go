@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -208,18 +209,34 @@ func commandCalls(t *testing.T, c redis.UniversalClient, cmd string) int {
 	return 0
 }
 
-// sent records the commands a client sends.
-type sent struct{ names []string }
+// sent records the commands a client sends: one entry in names per single
+// command, one in pipes per pipeline.
+type sent struct {
+	mu    sync.Mutex
+	names []string
+	pipes []string
+}
 
 func (h *sent) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *sent) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
 		h.names = append(h.names, cmd.Name())
+		h.mu.Unlock()
 		return next(ctx, cmd)
 	}
 }
 func (h *sent) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		names := make([]string, len(cmds))
+		for i, c := range cmds {
+			names[i] = c.Name()
+		}
+		h.mu.Lock()
+		h.pipes = append(h.pipes, strings.Join(names, " "))
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
 }
 
 func TestOneRoundTripAndOneEvalOnNoscript(t *testing.T) {

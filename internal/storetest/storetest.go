@@ -84,34 +84,35 @@ var cases = []struct {
 	run  func(t *testing.T, e *env)
 }{
 	{"a full bucket admits its capacity then denies with the wait", func(t *testing.T, e *env) {
-		l := e.newLimiter(ratelimit.PerSecond(4))
+		l := e.newLimiter(ratelimit.PerMinute(4))
 		for i := range 4 {
 			d, err := l.TryAcquire(e.ctx, "s")
-			want(t, fmt.Sprintf("check %d", i), d, err, true, int64(3-i), 0, time.Duration(i+1)*250*time.Millisecond)
+			want(t, fmt.Sprintf("check %d", i), d, err, true, int64(3-i), 0, time.Duration(i+1)*15*time.Second)
 		}
 		d, err := l.TryAcquire(e.ctx, "s")
-		want(t, "fifth check", d, err, false, 0, 250*time.Millisecond, time.Second)
-		e.clock.Add(249 * time.Millisecond)
+		want(t, "fifth check", d, err, false, 0, 15*time.Second, time.Minute)
+		e.clock.Add(15*time.Second - time.Microsecond)
 		d, err = l.TryAcquire(e.ctx, "s")
-		want(t, "249 ms later", d, err, false, 0, time.Millisecond, 751*time.Millisecond)
-		e.clock.Add(time.Millisecond)
+		want(t, "1µs short of a token", d, err, false, 0, time.Microsecond, 45*time.Second+time.Microsecond)
+		e.clock.Add(time.Microsecond)
 		d, err = l.TryAcquire(e.ctx, "s")
-		want(t, "250 ms later", d, err, true, 0, 0, time.Second)
+		want(t, "on time", d, err, true, 0, 0, time.Minute)
 	}},
 	{"refill is smooth and carries the sub-token remainder", func(t *testing.T, e *env) {
-		// 3 tokens per 10 µs.
-		l := e.newLimiter(ratelimit.Limit{Capacity: 3, RefillTokens: 3, RefillPeriod: 10 * time.Microsecond})
+		// 3 tokens per 10 s. (Minutes and seconds rather than µs: the
+		// keys expire on the server's real clock and must outlive the test.)
+		l := e.newLimiter(ratelimit.Limit{Capacity: 3, RefillTokens: 3, RefillPeriod: 10 * time.Second})
 		d, err := l.TryAcquireN(e.ctx, "s", 3)
-		want(t, "drain", d, err, true, 0, 0, 10*time.Microsecond)
-		e.clock.Add(4 * time.Microsecond) // 1.2 tokens
+		want(t, "drain", d, err, true, 0, 0, 10*time.Second)
+		e.clock.Add(4 * time.Second) // 1.2 tokens
 		d, err = l.TryAcquire(e.ctx, "s")
-		want(t, "+4µs", d, err, true, 0, 0, 10*time.Microsecond)
-		e.clock.Add(3 * time.Microsecond) // 0.2 + 0.9 = 1.1 tokens: the remainder counts
+		want(t, "+4s", d, err, true, 0, 0, 9333334*time.Microsecond) // 2.8 tokens short
+		e.clock.Add(3 * time.Second) // 0.2 + 0.9 = 1.1 tokens: the remainder counts
 		d, err = l.TryAcquire(e.ctx, "s")
-		want(t, "+7µs", d, err, true, 0, 0, 10*time.Microsecond)
-		e.clock.Add(2 * time.Microsecond) // 0.1 + 0.6
+		want(t, "+7s", d, err, true, 0, 0, 9666667*time.Microsecond)
+		e.clock.Add(2 * time.Second) // 0.1 + 0.6
 		d, err = l.TryAcquire(e.ctx, "s")
-		want(t, "+9µs", d, err, false, 0, time.Microsecond, 8*time.Microsecond)
+		want(t, "+9s", d, err, false, 0, time.Second, 7666667*time.Microsecond)
 	}},
 	{"a denial consumes nothing and reports the untouched balance", func(t *testing.T, e *env) {
 		l := e.newLimiter(ratelimit.PerMinute(10))
@@ -125,19 +126,19 @@ var cases = []struct {
 		want(t, "cost 3", d, err, true, 0, 0, time.Minute)
 	}},
 	{"peek refills but takes nothing", func(t *testing.T, e *env) {
-		l := e.newLimiter(ratelimit.PerSecond(2))
+		l := e.newLimiter(ratelimit.PerMinute(2))
 		d, err := l.Peek(e.ctx, "s")
 		want(t, "peek at a new subject", d, err, true, 2, 0, 0)
 		l.TryAcquireN(e.ctx, "s", 2)
 		d, err = l.Peek(e.ctx, "s")
-		want(t, "peek at an empty bucket", d, err, false, 0, 500*time.Millisecond, time.Second)
-		e.clock.Add(600 * time.Millisecond)
+		want(t, "peek at an empty bucket", d, err, false, 0, 30*time.Second, time.Minute)
+		e.clock.Add(36 * time.Second)
 		for i := range 3 {
 			d, err = l.Peek(e.ctx, "s")
-			want(t, fmt.Sprintf("peek %d after 600 ms", i), d, err, true, 1, 0, 400*time.Millisecond)
+			want(t, fmt.Sprintf("peek %d after 36 s", i), d, err, true, 1, 0, 24*time.Second)
 		}
 		d, err = l.TryAcquire(e.ctx, "s")
-		want(t, "take after peeking", d, err, true, 0, 0, 900*time.Millisecond)
+		want(t, "take after peeking", d, err, true, 0, 0, 54*time.Second)
 	}},
 	{"reset deletes the bucket so the next check starts full", func(t *testing.T, e *env) {
 		l := e.newLimiter(ratelimit.PerHour(5))
@@ -152,29 +153,29 @@ var cases = []struct {
 		}
 	}},
 	{"subjects and namespaces are independent", func(t *testing.T, e *env) {
-		l := e.newLimiter(ratelimit.PerSecond(1))
-		other := e.newLimiter(ratelimit.PerSecond(1))
+		l := e.newLimiter(ratelimit.PerMinute(1))
+		other := e.newLimiter(ratelimit.PerMinute(1))
 		d, err := l.TryAcquire(e.ctx, "a")
-		want(t, "a", d, err, true, 0, 0, time.Second)
+		want(t, "a", d, err, true, 0, 0, time.Minute)
 		d, err = l.TryAcquire(e.ctx, "b")
-		want(t, "b", d, err, true, 0, 0, time.Second)
+		want(t, "b", d, err, true, 0, 0, time.Minute)
 		d, err = other.TryAcquire(e.ctx, "a")
-		want(t, "a again in the same namespace", d, err, false, 0, time.Second, time.Second)
+		want(t, "a again in the same namespace", d, err, false, 0, time.Minute, time.Minute)
 	}},
 	{"a policy change carries over the lesser tokens with no refill credit", func(t *testing.T, e *env) {
-		old := e.newLimiter(ratelimit.PerSecond(10))
-		bigger := e.newLimiter(ratelimit.PerSecond(100))
-		smaller := e.newLimiter(ratelimit.PerSecond(4))
+		old := e.newLimiter(ratelimit.PerMinute(10))
+		bigger := e.newLimiter(ratelimit.PerMinute(100))
+		smaller := e.newLimiter(ratelimit.PerMinute(4))
 		d, err := old.TryAcquireN(e.ctx, "s", 3)
-		want(t, "old policy", d, err, true, 7, 0, 300*time.Millisecond)
-		e.clock.Add(50 * time.Millisecond)
+		want(t, "old policy", d, err, true, 7, 0, 18*time.Second)
+		e.clock.Add(3 * time.Second)
 		d, err = bigger.TryAcquire(e.ctx, "s")
-		want(t, "new policy", d, err, true, 6, 0, 940*time.Millisecond)
-		e.clock.Add(10 * time.Millisecond)
+		want(t, "new policy", d, err, true, 6, 0, 56400*time.Millisecond)
+		e.clock.Add(600 * time.Millisecond)
 		d, err = old.TryAcquire(e.ctx, "s")
-		want(t, "old policy again", d, err, true, 5, 0, 500*time.Millisecond)
+		want(t, "old policy again", d, err, true, 5, 0, 30*time.Second)
 		d, err = smaller.TryAcquire(e.ctx, "s")
-		want(t, "smaller policy", d, err, true, 3, 0, 250*time.Millisecond)
+		want(t, "smaller policy", d, err, true, 3, 0, 15*time.Second)
 	}},
 	{"alternating policies during a deploy never mint tokens", func(t *testing.T, e *env) {
 		a := e.newLimiter(ratelimit.PerMinute(10))
@@ -199,15 +200,15 @@ var cases = []struct {
 		}
 	}},
 	{"a backward clock credits nothing and folds the wait into RetryAfter", func(t *testing.T, e *env) {
-		l := e.newLimiter(ratelimit.PerSecond(10))
+		l := e.newLimiter(ratelimit.PerMinute(10))
 		d, err := l.TryAcquireN(e.ctx, "s", 10)
-		want(t, "drain", d, err, true, 0, 0, time.Second)
-		e.clock.Add(-500 * time.Millisecond)
+		want(t, "drain", d, err, true, 0, 0, time.Minute)
+		e.clock.Add(-30 * time.Second)
 		d, err = l.TryAcquire(e.ctx, "s")
-		want(t, "500 ms in the past", d, err, false, 0, 600*time.Millisecond, 1500*time.Millisecond)
-		e.clock.Add(600 * time.Millisecond)
+		want(t, "30 s in the past", d, err, false, 0, 36*time.Second, 90*time.Second)
+		e.clock.Add(36 * time.Second)
 		d, err = l.TryAcquire(e.ctx, "s")
-		want(t, "100 ms after the bucket's time", d, err, true, 0, 0, time.Second)
+		want(t, "6 s after the bucket's time", d, err, true, 0, 0, time.Minute)
 	}},
 	{"several limits are decided as one", func(t *testing.T, e *env) {
 		perMin := ratelimit.PerMinute(3)
