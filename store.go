@@ -87,3 +87,11 @@ type BatchItem struct {
 	Decision Decision
 	Err      error
 }
+
+// SplitKeyStore is a Store that can take a key in two parts, prefix and
+// subject, sparing the Limiter the allocation of joining them. It must decide
+// exactly as Apply(ctx, prefix+subject, r) would. memstore has it.
+type SplitKeyStore interface {
+	Store
+	ApplySplit(ctx context.Context, prefix, subject string, r Request) (Decision, error)
+}

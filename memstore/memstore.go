@@ -4,11 +4,14 @@
 //
 // It decides with ratelimit's Step, the same exact arithmetic as the Redis
 // script, so a Limiter gives the same Decisions on either store. Buckets are
-// spread over shards, each behind its own mutex. A bucket is dropped once it
-// would be full again (the same moment its Redis key would expire): each
-// shard sweeps out such buckets after as many checks as it holds buckets, so
-// memory follows the subjects active within one refill window at a constant
-// amortized cost per check. The store starts no goroutine.
+// spread over shards, each behind its own mutex; a bucket takes a few dozen
+// bytes besides its key, and the policies that wrote them are kept once per
+// store. A bucket is dropped once it would be full again on the store's clock
+// (as a Redis key expires on the server's): each shard sweeps out such
+// buckets after as many checks as it holds buckets, and sweeps a part of
+// another shard at the same time, so memory follows the subjects active
+// within one refill window at a constant amortized cost per check. The store
+// starts no goroutine.
 //
 // A Store is safe for simultaneous use by multiple goroutines.
 package memstore
@@ -16,9 +19,12 @@ package memstore
 import (
 	"context"
 	"hash/maphash"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/exactlimit/ratelimit"
 )
@@ -29,20 +35,39 @@ const shardCount = 64
 type Store struct {
 	seed   maphash.Seed
 	clock  func() time.Time
+	base   int64         // µs on the store's clock that expiry seconds count from
 	cursor atomic.Uint32 // the next shard a sweep visits besides its own
+
+	polMu    sync.Mutex
+	policies atomic.Pointer[[]*policy] // copy on write; a policy's index never changes
+
 	shards [shardCount]shard
+}
+
+// policy is a validated policy, kept once per store and shared by the
+// buckets it wrote.
+type policy struct {
+	limits []ratelimit.Limit
+	minCap int64
+	index  uint32
 }
 
 type shard struct {
 	mu      sync.Mutex
 	buckets map[string]*entry
-	ops     int
-	_       [40]byte // keep shards on separate cache lines
+	// extra holds the levels of the second and later limits of buckets
+	// written by a policy of several limits.
+	extra map[string]*[ratelimit.MaxLimits - 1]int64
+	ops   int
+	_     [32]byte // keep shards on separate cache lines
 }
 
+// entry is one bucket: 24 bytes, and 8 in the map.
 type entry struct {
-	st      ratelimit.State
-	expires int64 // µs on the store's clock: the bucket is full by then
+	last    int64  // µs, the State's Last
+	level   int64  // the first limit's level
+	pol     uint32 // the index of the policy that wrote the bucket
+	expires uint32 // whole seconds after base, rounded up, on the store's clock
 }
 
 // Option configures a Store.
@@ -59,21 +84,40 @@ func New(opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.base = s.clock().UnixMicro()
+	s.policies.Store(new([]*policy))
 	for i := range s.shards {
 		s.shards[i].buckets = make(map[string]*entry)
+		s.shards[i].extra = make(map[string]*[ratelimit.MaxLimits - 1]int64)
 	}
 	return s
 }
 
 // Apply decides r against the bucket at key and updates it, atomically with
 // respect to every other call on the same key. It honours ctx only in that a
-// cancelled context is an error: the decision itself never blocks.
+// cancelled context is an error: the decision itself never blocks. The store
+// keeps a copy of key, never key itself.
 func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	return s.apply(ctx, unsafe.Slice(unsafe.StringData(key), len(key)), r)
+}
+
+// ApplySplit is Apply on the key prefix+subject, without allocating the
+// joined key for a bucket that exists. Limiter uses it (see
+// ratelimit.SplitKeyStore).
+func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
+	var buf [128]byte
+	k := append(append(buf[:0], prefix...), subject...)
+	return s.apply(ctx, k, r)
+}
+
+// apply decides r on the bucket at key, which it only reads.
+func (s *Store) apply(ctx context.Context, key []byte, r ratelimit.Request) (ratelimit.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	if err := r.Validate(); err != nil {
-		return ratelimit.Decision{}, err
+	p := s.policyFor(r.Limits)
+	if p == nil || !r.Peek && (r.Cost < 1 || r.Cost > p.minCap) {
+		return ratelimit.Decision{}, r.Validate()
 	}
 	// Buckets expire on the store's own clock, as Redis keys expire on the
 	// server's, whatever time the request carries.
@@ -87,20 +131,48 @@ func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (rat
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
-	sh := s.shard(key)
+	n := len(p.limits)
+	var bands [ratelimit.MaxLimits]ratelimit.Band
+	st := ratelimit.State{Bands: bands[:0]}
+
+	sh := &s.shards[maphash.Bytes(s.seed, key)%shardCount]
 	sh.mu.Lock()
-	swept := sh.sweep(clock)
-	e := sh.buckets[key]
-	fresh := e == nil
-	if fresh {
-		e = &entry{}
-	}
-	d, ttl, write := e.st.Step(r, us)
-	if write {
-		e.expires = clock + ttl.Microseconds()
-		if fresh {
-			sh.buckets[key] = e
+	swept := sh.sweep(s.seconds(clock))
+	e := sh.buckets[string(key)]
+	found := e != nil
+	var old *policy
+	if found {
+		old = s.policy(e.pol)
+		m := len(old.limits)
+		st.Last, st.Bands = e.last, bands[:m]
+		bands[0] = ratelimit.Band{Limit: old.limits[0], Level: e.level}
+		if m > 1 {
+			more := sh.extra[string(key)]
+			for i := 1; i < m; i++ {
+				bands[i] = ratelimit.Band{Limit: old.limits[i], Level: more[i-1]}
+			}
 		}
+	}
+	d, ttl, write := st.Step(r, us)
+	if write {
+		if found && len(old.limits) > 1 && n == 1 {
+			delete(sh.extra, string(key))
+		}
+		if n > 1 {
+			more := sh.extra[string(key)]
+			if more == nil {
+				more = new([ratelimit.MaxLimits - 1]int64)
+				sh.extra[string(key)] = more
+			}
+			for i := 1; i < n; i++ {
+				more[i-1] = st.Bands[i].Level
+			}
+		}
+		if !found {
+			e = new(entry)
+			sh.buckets[string(key)] = e
+		}
+		*e = entry{last: st.Last, level: st.Bands[0].Level, pol: p.index, expires: s.expiry(clock, ttl)}
 	}
 	sh.mu.Unlock()
 	if swept {
@@ -108,10 +180,62 @@ func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (rat
 		// number of buckets at a time.
 		other := &s.shards[s.cursor.Add(1)%shardCount]
 		other.mu.Lock()
-		other.sweepSome(clock, 256)
+		other.sweepSome(s.seconds(clock), 256)
 		other.mu.Unlock()
 	}
 	return d, nil
+}
+
+// policyFor returns the store's copy of limits, or nil when they are not a
+// valid policy.
+func (s *Store) policyFor(limits []ratelimit.Limit) *policy {
+	if p := findPolicy(*s.policies.Load(), limits); p != nil {
+		return p
+	}
+	if (ratelimit.Request{Limits: limits, Peek: true}).Validate() != nil {
+		return nil
+	}
+	s.polMu.Lock()
+	defer s.polMu.Unlock()
+	old := *s.policies.Load()
+	if p := findPolicy(old, limits); p != nil {
+		return p
+	}
+	p := &policy{limits: slices.Clone(limits), minCap: math.MaxInt64, index: uint32(len(old))}
+	for _, l := range limits {
+		p.minCap = min(p.minCap, l.Capacity)
+	}
+	next := append(slices.Clip(old), p)
+	s.policies.Store(&next)
+	return p
+}
+
+// findPolicy looks for limits among policies, the most recent first, so that
+// a rolling deploy's new policy is found at once.
+func findPolicy(policies []*policy, limits []ratelimit.Limit) *policy {
+	for i := len(policies) - 1; i >= 0; i-- {
+		if slices.Equal(policies[i].limits, limits) {
+			return policies[i]
+		}
+	}
+	return nil
+}
+
+// policy returns the policy of index i.
+func (s *Store) policy(i uint32) *policy { return (*s.policies.Load())[i] }
+
+// seconds returns the whole seconds from base to clock (µs), rounded down.
+func (s *Store) seconds(clock int64) uint32 {
+	d := (clock - s.base) / 1e6
+	return uint32(min(max(d, 0), math.MaxUint32))
+}
+
+// expiry returns the second after base at which a bucket written at clock
+// with ttl is full: rounded up, so it is never dropped early.
+func (s *Store) expiry(clock int64, ttl time.Duration) uint32 {
+	at := clock - s.base + ttl.Microseconds()
+	sec := (at + 1e6 - 1) / 1e6
+	return uint32(min(max(sec, 0), math.MaxUint32))
 }
 
 // Reset deletes the bucket at key, so that its next check starts full.
@@ -119,9 +243,10 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sh := s.shard(key)
+	sh := &s.shards[maphash.String(s.seed, key)%shardCount]
 	sh.mu.Lock()
 	delete(sh.buckets, key)
+	delete(sh.extra, key)
 	sh.mu.Unlock()
 	return nil
 }
@@ -142,49 +267,39 @@ func (s *Store) Len() int {
 // Checks sweep on their own; Sweep is for a caller that wants memory back at
 // once.
 func (s *Store) Sweep() {
-	us := s.clock().UnixMicro()
+	now := s.seconds(s.clock().UnixMicro())
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.sweepAll(us)
+		sh.sweepSome(now, math.MaxInt)
+		sh.ops = 0
 		sh.mu.Unlock()
 	}
-}
-
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)%shardCount]
 }
 
 // sweep drops expired buckets once the shard has served as many checks as it
 // holds buckets (at least 64), so that its cost per check is constant. It
 // reports whether it swept.
-func (sh *shard) sweep(now int64) bool {
+func (sh *shard) sweep(now uint32) bool {
 	sh.ops++
 	if sh.ops < max(64, len(sh.buckets)) {
 		return false
 	}
-	sh.sweepAll(now)
-	return true
-}
-
-func (sh *shard) sweepAll(now int64) {
 	sh.ops = 0
-	for k, e := range sh.buckets {
-		if e.expires <= now {
-			delete(sh.buckets, k)
-		}
-	}
+	sh.sweepSome(now, math.MaxInt)
+	return true
 }
 
 // sweepSome visits at most n buckets, from a random place in the shard, and
 // drops the expired ones.
-func (sh *shard) sweepSome(now int64, n int) {
+func (sh *shard) sweepSome(now uint32, n int) {
 	for k, e := range sh.buckets {
 		if n--; n < 0 {
 			return
 		}
 		if e.expires <= now {
 			delete(sh.buckets, k)
+			delete(sh.extra, k)
 		}
 	}
 }

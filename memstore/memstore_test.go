@@ -46,9 +46,9 @@ func TestFullBucketsAreReclaimed(t *testing.T) {
 	if got := s.Len(); got != n {
 		t.Fatalf("holding %d buckets after %d subjects, want %d", got, n, n)
 	}
-	// 100 ms later each bucket is full again: checks on one subject sweep
-	// the rest out within as many checks as buckets are held.
-	clock.Add(100 * time.Millisecond)
+	// 100 ms later each bucket is full again; the store counts expiry in
+	// whole seconds, rounded up. Checks on one subject sweep the rest out.
+	clock.Add(2 * time.Second)
 	for range 2 * n {
 		l.TryAcquire(ctx, "hot")
 	}
