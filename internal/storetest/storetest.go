@@ -107,7 +107,7 @@ var cases = []struct {
 		e.clock.Add(4 * time.Second) // 1.2 tokens
 		d, err = l.TryAcquire(e.ctx, "s")
 		want(t, "+4s", d, err, true, 0, 0, 9333334*time.Microsecond) // 2.8 tokens short
-		e.clock.Add(3 * time.Second) // 0.2 + 0.9 = 1.1 tokens: the remainder counts
+		e.clock.Add(3 * time.Second)                                 // 0.2 + 0.9 = 1.1 tokens: the remainder counts
 		d, err = l.TryAcquire(e.ctx, "s")
 		want(t, "+7s", d, err, true, 0, 0, 9666667*time.Microsecond)
 		e.clock.Add(2 * time.Second) // 0.1 + 0.6
