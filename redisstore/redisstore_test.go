@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -155,25 +156,84 @@ func TestScriptChecksTheSameRulesInTheSameWords(t *testing.T) {
 	}
 }
 
+// encodeState writes a bucket in the script's stored format: last, then per
+// band its level and its limit (see the header of tokenbucket.lua).
+func encodeState(last int64, bands ...ratelimit.Band) string {
+	b := appendUint7(nil, last)
+	for _, band := range bands {
+		b = appendUint7(b, band.Level)
+		b = binary.AppendUvarint(b, uint64(band.Limit.Capacity))
+		b = binary.AppendUvarint(b, uint64(band.Limit.RefillTokens))
+		b = binary.AppendUvarint(b, uint64(band.Limit.RefillPeriod.Microseconds()))
+	}
+	return string(b)
+}
+
+func appendUint7(b []byte, v int64) []byte {
+	var buf [8]byte
+	binary.BigEndian.PutUint64(buf[:], uint64(v))
+	return append(b, buf[1:]...)
+}
+
+func decodeUint7(s string) (int64, bool) {
+	if len(s) < 7 {
+		return 0, false
+	}
+	var buf [8]byte
+	copy(buf[1:], s[:7])
+	return int64(binary.BigEndian.Uint64(buf[:])), true
+}
+
+func TestStoredFormat(t *testing.T) {
+	_, client := standalone(t)
+	ctx := context.Background()
+	now := storetest.Start
+	limit := ratelimit.PerSecond(1000)
+	l, _ := ratelimit.New[string](redisstore.New(client), limit, ratelimit.WithClock(func() time.Time { return now }))
+	l.TryAcquireN(ctx, "s", 3)
+	raw, _ := client.Get(ctx, l.Key("s")).Result()
+	p := limit.RefillPeriod.Microseconds()
+	want := encodeState(now.UnixMicro(), ratelimit.Band{Limit: limit, Level: 997 * p})
+	if raw != want {
+		t.Fatalf("stored %x, want %x", raw, want)
+	}
+	if len(raw) != 21 {
+		t.Fatalf("a bucket of 1000/s takes %d bytes, want 21", len(raw))
+	}
+	// A bucket written by hand in the documented format is read back.
+	client.Set(ctx, l.Key("h"), encodeState(now.UnixMicro(), ratelimit.Band{Limit: limit, Level: 5*p + p/2}), time.Minute)
+	if d, err := l.Peek(ctx, "h"); err != nil || d.Remaining != 5 {
+		t.Fatalf("a hand-written bucket of 5.5 tokens: %+v %v", d, err)
+	}
+}
+
 func TestMalformedStateIsAnErrorAndGrantsNothing(t *testing.T) {
 	_, client := standalone(t)
 	ctx := context.Background()
-	l, _ := ratelimit.New[string](redisstore.New(client), ratelimit.PerSecond(10))
-	now := fmt.Sprint(time.Now().UnixMicro())
+	limit := ratelimit.PerSecond(10)
+	l, _ := ratelimit.New[string](redisstore.New(client), limit)
+	now := time.Now().UnixMicro()
+	ok := ratelimit.Band{Limit: limit, Level: 5_000_000}
+	band := func(level, c, r int64, p time.Duration) ratelimit.Band {
+		return ratelimit.Band{Limit: ratelimit.Limit{Capacity: c, RefillTokens: r, RefillPeriod: p}, Level: level}
+	}
+	valid := encodeState(now, ok)
 	for _, bad := range []string{
 		"",
 		"garbage",
-		now,
-		now + " 5 10 10",
-		now + " x 10 10 1000000",
-		now + " 5 10 10 1000000 7",
-		now + " -1 10 10 1000000",
-		now + " 10000001 10 10 1000000",
-		now + " 5 0 10 1000000",
-		now + " 5 10 10 0",
-		"-5 5 10 10 1000000",
-		"99999999999999999999 5 10 10 1000000",
-		now + " 5.5 10 10 1000000",
+		fmt.Sprint(now) + " 5 10 10 1000000", // text, not the stored format
+		valid[:7],                            // a time and no limit
+		valid[:15],                           // a level and no limit
+		valid[:len(valid)-1],                 // a truncated varint
+		valid + "\x00",                      // a trailing byte
+		encodeState(ratelimit.MaxExact+1, ok),
+		encodeState(now, band(10_000_001, 10, 10, time.Second)),
+		encodeState(now, band(5, 0, 10, time.Second)),
+		encodeState(now, band(5, 10, 0, time.Second)),
+		encodeState(now, band(0, 10, 10, 0)),
+		encodeState(now, band(0, 1<<33, 10, time.Hour)),
+		encodeState(now, ok, ok, ok, ok, ok, ok, ok, ok, ok),
+		valid[:7] + "\x00\x00\x00\x00\x00\x00\x05" + strings.Repeat("\xff", 9),
 	} {
 		key := l.Key("s")
 		if err := client.Set(ctx, key, bad, time.Minute).Err(); err != nil {
@@ -296,7 +356,7 @@ func TestOneStringKeyPerSubjectExpiringWhenFull(t *testing.T) {
 	// Without an injected clock the script reads the server's TIME.
 	l.TryAcquire(ctx, "s")
 	raw, _ := client.Get(ctx, l.Key("s")).Result()
-	last, _ := strconv.ParseInt(strings.Fields(raw)[0], 10, 64)
+	last, _ := decodeUint7(raw)
 	serverNow, _ := client.Time(ctx).Result()
 	if diff := serverNow.UnixMicro() - last; diff < 0 || diff > int64(5*time.Second/time.Microsecond) {
 		t.Fatalf("stored time %d is %dµs from the server's TIME", last, diff)

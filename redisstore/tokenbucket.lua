@@ -8,10 +8,11 @@
 -- ARGV[4..] the policy, 1 to 8 limits of three values each:
 --           capacity, refill tokens, refill period in microseconds
 --
--- Stored value, a string: "last L1 C1 R1 P1 [L2 C2 R2 P2 ...]": last is the time up to which
--- the bucket is refilled (µs); per limit that wrote it, its level L in 1/P of a token
--- (L/P whole tokens plus a remainder) and its capacity, refill tokens and period.
--- The key expires (PEXPIRE, at least 1 ms) once the bucket would be full again.
+-- Stored value, a binary string of 21 bytes for a typical policy: last, then per limit that
+-- wrote the bucket its level L and its capacity C, refill tokens R and period P (µs):
+--   last (7 bytes, big-endian) { L (7 bytes, big-endian) C R P (each an unsigned LEB128 varint) }
+-- last is the time up to which the bucket is refilled (µs); L is in 1/P of a token (L/P whole
+-- tokens plus a remainder). The key expires (PX, at least 1 ms) once the bucket would be full.
 --
 -- Reply: {allowed (1 or 0), remaining tokens, retry after (µs), reset after (µs),
 --         index of the binding limit (from 0)}
@@ -139,28 +140,52 @@ end
 local exists = false
 local last = 0
 local sl, sc, sr, sp = {}, {}, {}, {}
+
+-- uvarint reads an unsigned LEB128 varint of at most 8 bytes at pos; it returns the number and
+-- the next position, or nil.
+local function uvarint(s, pos)
+  local n, mul = 0, 1
+  for i = pos, pos + 7 do
+    local b = string.byte(s, i)
+    if b == nil then
+      return nil
+    end
+    n = n + (b % 128) * mul
+    if b < 128 then
+      return n, i + 1
+    end
+    mul = mul * 128
+  end
+  return nil
+end
+
 if raw then
-  local f = {}
-  for w in string.gmatch(raw, '%S+') do
-    f[#f + 1] = w
+  if #raw < 14 then
+    corrupt('too short')
   end
-  local m = (#f - 1) / 4
-  if m < 1 or m > 8 or m ~= math.floor(m) then
-    corrupt('wrong number of fields')
-  end
-  last = int(f[1])
-  if last == nil or last < 0 or last > MAX then
+  local pos
+  last, pos = struct.unpack('>I7', raw, 1)
+  if last > MAX then
     corrupt('time out of range')
   end
-  for j = 1, m do
-    local l, c, r, p = int(f[4 * j - 2]), int(f[4 * j - 1]), int(f[4 * j]), int(f[4 * j + 1])
-    if l == nil or c == nil or r == nil or p == nil then
-      corrupt('non-integer field')
+  local m = 0
+  while pos <= #raw do
+    m = m + 1
+    if m > 8 or pos + 6 > #raw then
+      corrupt('wrong number of fields')
     end
-    if c < 1 or r < 1 or p < 1 or c * p > MAX or r > MAX or l < 0 or l > c * p then
+    local l, c, r, p
+    l, pos = struct.unpack('>I7', raw, pos)
+    c, pos = uvarint(raw, pos)
+    if c then r, pos = uvarint(raw, pos) end
+    if r then p, pos = uvarint(raw, pos) end
+    if p == nil then
+      corrupt('truncated limit')
+    end
+    if c < 1 or r < 1 or p < 1 or c * p > MAX or r > MAX or l > c * p then
       corrupt('field out of range')
     end
-    sl[j], sc[j], sr[j], sp[j] = l, c, r, p
+    sl[m], sc[m], sr[m], sp[m] = l, c, r, p
   end
   exists = true
 end
@@ -263,12 +288,24 @@ end
 local ttl = math.max(1, ceildiv(reset, 1000) + ceildiv(back, 1000))
 reset = reset + back
 
-if exists or not peek then
-  local parts = {string.format('%.0f', t0)}
-  for i = 1, n do
-    parts[#parts + 1] = string.format('%.0f %.0f %.0f %.0f', levels[i], lc[i], lr[i], lp[i])
+-- uvarintenc encodes n, an integer from 0 to 2^52, as an unsigned LEB128 varint.
+local function uvarintenc(n)
+  local b = {}
+  while n >= 128 do
+    local q, r = divmod(n, 128)
+    b[#b + 1] = r + 128
+    n = q
   end
-  redis.call('SET', key, table.concat(parts, ' '), 'PX', string.format('%.0f', ttl))
+  b[#b + 1] = n
+  return string.char(unpack(b))
+end
+
+if exists or not peek then
+  local parts = {struct.pack('>I7', t0)}
+  for i = 1, n do
+    parts[#parts + 1] = struct.pack('>I7', levels[i]) .. uvarintenc(lc[i]) .. uvarintenc(lr[i]) .. uvarintenc(lp[i])
+  end
+  redis.call('SET', key, table.concat(parts), 'PX', string.format('%.0f', ttl))
 end
 
 local a = 0
