@@ -225,7 +225,7 @@ func TestMalformedStateIsAnErrorAndGrantsNothing(t *testing.T) {
 		valid[:7],                            // a time and no limit
 		valid[:15],                           // a level and no limit
 		valid[:len(valid)-1],                 // a truncated varint
-		valid + "\x00",                      // a trailing byte
+		valid + "\x00",                       // a trailing byte
 		encodeState(ratelimit.MaxExact+1, ok),
 		encodeState(now, band(10_000_001, 10, 10, time.Second)),
 		encodeState(now, band(5, 0, 10, time.Second)),
