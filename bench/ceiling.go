@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"net"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ceilingResult is redis-benchmark's rate for one script.
+type ceilingResult struct {
+	name     string
+	subjects int
+	rps      float64
+	p50      float64 // ms
+	args     string
+}
+
+// redisBenchmark runs redis-benchmark with 50 clients and -P 16 on the
+// EVALSHA of sha with args, over subjects keys (key pattern uses
+// __rand_int__ when subjects > 1), and returns requests per second.
+func redisBenchmark(addr string, n, subjects int, name, tag, sha string, args ...string) (ceilingResult, error) {
+	res := ceilingResult{name: name, subjects: subjects}
+	bin, err := findBinary("redis-benchmark")
+	if err != nil {
+		return res, err
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return res, err
+	}
+	key := "rb:" + tag + ":hot"
+	cmd := []string{"-h", host, "-p", port, "-n", strconv.Itoa(n), "-c", "50", "-P", "16", "--csv"}
+	if subjects > 1 {
+		key = "rb:" + tag + ":__rand_int__"
+		cmd = append(cmd, "-r", strconv.Itoa(subjects))
+	}
+	cmd = append(cmd, "EVALSHA", sha, "1", key)
+	cmd = append(cmd, args...)
+	res.args = "redis-benchmark -n " + strconv.Itoa(n) + " -c 50 -P 16" + map[bool]string{true: " -r " + strconv.Itoa(subjects), false: ""}[subjects > 1] +
+		" EVALSHA <sha> 1 " + key + " " + quoteArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, cmd...).CombinedOutput()
+	if err != nil {
+		return res, fmt.Errorf("redis-benchmark: %v: %s", err, tail(string(out), 400))
+	}
+	if strings.Contains(string(out), "Error") || strings.Contains(string(out), "ERR") {
+		return res, fmt.Errorf("redis-benchmark: %s", tail(string(out), 400))
+	}
+	recs, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
+	if err != nil || len(recs) < 2 || len(recs[1]) < 5 {
+		return res, fmt.Errorf("redis-benchmark output: %q", tail(string(out), 400))
+	}
+	res.rps, err = strconv.ParseFloat(recs[1][1], 64)
+	if err != nil {
+		return res, err
+	}
+	res.p50, _ = strconv.ParseFloat(recs[1][4], 64)
+	return res, nil
+}
+
+func quoteArgs(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if a == "" {
+			a = `""`
+		}
+		q[i] = a
+	}
+	return strings.Join(q, " ")
+}
+
+// cmdStat is one line of INFO commandstats.
+type cmdStat struct {
+	calls int64
+	usec  int64
+}
+
+func commandStats(ctx context.Context, admin *redis.Client) (map[string]cmdStat, error) {
+	info, err := admin.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	stats := map[string]cmdStat{}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var s cmdStat
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				s.calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				s.usec, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		stats[strings.TrimPrefix(name, "cmdstat_")] = s
+	}
+	return stats, nil
+}
+
+func serverCPU(ctx context.Context, admin *redis.Client) (float64, error) {
+	info, err := admin.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	u, err := infoFloat(info, "used_cpu_user")
+	if err != nil {
+		return 0, err
+	}
+	s, err := infoFloat(info, "used_cpu_sys")
+	return u + s, err
+}
+
+// serverCost is what one limiter costs Redis per decision.
+type serverCost struct {
+	name     string
+	ops      int64
+	rate     float64
+	cpuUs    float64 // server CPU (user+sys) per decision, µs
+	commands string  // calls per decision and µs per call of each command
+	scriptUs float64 // µs per EVALSHA/EVAL call (including the commands it runs)
+}
+
+// measureServerCost runs chk alone for d (after CONFIG RESETSTAT) and reads
+// INFO commandstats and INFO cpu.
+func measureServerCost(ctx context.Context, admin *redis.Client, name string, chk Checker, conc int, subjects []string, d time.Duration) (serverCost, error) {
+	sc := serverCost{name: name}
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		return sc, err
+	}
+	cpu0, err := serverCPU(ctx, admin)
+	if err != nil {
+		return sc, err
+	}
+	r := runOne(chk, conc, subjects, d)
+	cpu1, err := serverCPU(ctx, admin)
+	if err != nil {
+		return sc, err
+	}
+	stats, err := commandStats(ctx, admin)
+	if err != nil {
+		return sc, err
+	}
+	sc.ops, sc.rate = r.ops, r.rate()
+	sc.cpuUs = (cpu1 - cpu0) * 1e6 / float64(r.ops)
+	var names []string
+	for n := range stats {
+		if n == "config|resetstat" || n == "info" || n == "hello" || n == "client|setinfo" || n == "ping" {
+			continue
+		}
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	var scriptCalls, scriptUsec int64
+	for _, n := range names {
+		s := stats[n]
+		if float64(s.calls)/float64(r.ops) < 0.001 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f×%.1fµs", n, float64(s.calls)/float64(r.ops), float64(s.usec)/float64(max(s.calls, 1))))
+		if n == "evalsha" || n == "eval" {
+			scriptCalls += s.calls
+			scriptUsec += s.usec
+		}
+	}
+	sc.commands = strings.Join(parts, ", ")
+	if scriptCalls > 0 {
+		sc.scriptUs = float64(scriptUsec) / float64(scriptCalls)
+	}
+	return sc, nil
+}

@@ -1,0 +1,396 @@
+// Command bench compares this module's limiter with its peers on one Redis,
+// in one run: decisions per second, latency, allowed fraction and errors at
+// several concurrencies and subject counts, Redis memory per subject, the
+// server's cost per decision, the server-side ceiling of our script
+// (redis-benchmark -P 16), and in-process ns/op, allocations and heap bytes
+// per subject. It prints a markdown report on stdout and its progress on
+// stderr. See README.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+type config struct {
+	addr          string
+	rounds        int
+	duration      time.Duration
+	conc          []int
+	subjects      []int
+	only          *regexp.Regexp
+	sections      map[string]bool
+	pool          int
+	flushers      int
+	batch         int
+	memSubjects   int
+	localSubjects int
+	localDuration time.Duration
+	ceilingN      int
+	rate, burst   int64
+}
+
+const allSections = "memory,throughput,server,ceiling,local,variants"
+
+func defaultConfig() config {
+	c := config{
+		rounds: 5, duration: 500 * time.Millisecond,
+		conc: []int{1, 16, 64}, subjects: []int{1, 10000},
+		flushers: 2, batch: 256,
+		memSubjects: 10000, localSubjects: 1_000_000, localDuration: time.Second,
+		ceilingN: 300_000, rate: 1000, burst: 1000,
+	}
+	c.sections = parseSections(allSections)
+	return c
+}
+
+// quickConfig is the CI smoke test: every section, small and short.
+func quickConfig() config {
+	c := defaultConfig()
+	c.rounds, c.duration = 1, 100*time.Millisecond
+	c.memSubjects, c.localSubjects, c.localDuration = 1000, 20_000, 100*time.Millisecond
+	c.ceilingN = 20_000
+	return c
+}
+
+func parseSections(s string) map[string]bool {
+	m := map[string]bool{}
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			m[x] = true
+		}
+	}
+	return m
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, x := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(x))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad list %q", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func main() {
+	quick := flag.Bool("quick", false, "CI smoke test: 1 round of 100ms, 1,000/20,000 subjects for memory/in-process, short redis-benchmark; takes well under a minute")
+	addr := flag.String("addr", "", "use this Redis (host:port) instead of starting redis-server on a free port of 127.0.0.1; it is not flushed, so the used_memory growth is skipped")
+	rounds := flag.Int("rounds", 0, "rounds of the interleaved throughput runs (default 5)")
+	duration := flag.Duration("duration", 0, "length of one run of one limiter (default 500ms)")
+	conc := flag.String("conc", "", "concurrencies (default 1,16,64)")
+	subjects := flag.String("subjects", "", "subject counts (default 1,10000)")
+	only := flag.String("only", "", "regexp: run only the limiters whose names match (the floor and redis_rate always run, for the ratios)")
+	sections := flag.String("sections", allSections, "sections to run")
+	pool := flag.Int("pool", 0, "go-redis pool size for every go-redis client (0: go-redis's default, 10 per GOMAXPROCS)")
+	flushers := flag.Int("flushers", 0, "coalescing prototype: round trips in flight (default 2)")
+	batch := flag.Int("batch", 0, "coalescing prototype: most checks per pipeline (default 256)")
+	memSubjects := flag.Int("mem-subjects", 0, "subjects for the used_memory growth (default 10000)")
+	localSubjects := flag.Int("local-subjects", 0, "subjects for the in-process heap and ns/op (default 1000000)")
+	localDuration := flag.Duration("local-duration", 0, "length of each in-process measurement (default 1s)")
+	ceilingN := flag.Int("ceiling-n", 0, "requests per redis-benchmark run (default 300000)")
+	flag.Parse()
+
+	cfg := defaultConfig()
+	if *quick {
+		cfg = quickConfig()
+	}
+	cfg.addr, cfg.pool = *addr, *pool
+	setIf := func(dst *int, v int) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	setIf(&cfg.rounds, *rounds)
+	setIf(&cfg.flushers, *flushers)
+	setIf(&cfg.batch, *batch)
+	setIf(&cfg.memSubjects, *memSubjects)
+	setIf(&cfg.localSubjects, *localSubjects)
+	setIf(&cfg.ceilingN, *ceilingN)
+	if *duration > 0 {
+		cfg.duration = *duration
+	}
+	if *localDuration > 0 {
+		cfg.localDuration = *localDuration
+	}
+	var err error
+	if *conc != "" {
+		if cfg.conc, err = parseInts(*conc); err != nil {
+			fatal(err)
+		}
+	}
+	if *subjects != "" {
+		if cfg.subjects, err = parseInts(*subjects); err != nil {
+			fatal(err)
+		}
+	}
+	if *only != "" {
+		if cfg.only, err = regexp.Compile(*only); err != nil {
+			fatal(err)
+		}
+	}
+	cfg.sections = parseSections(*sections)
+	cmdline := "go run . " + strings.Join(os.Args[1:], " ")
+	if err := run(cfg, cmdline, os.Stdout, os.Stderr); err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+// run runs the sections of cfg and writes the report to out.
+func run(cfg config, cmdline string, out, progress io.Writer) error {
+	logf := func(format string, args ...any) { fmt.Fprintf(progress, format+"\n", args...) }
+	ctx := context.Background()
+	p := policy{rate: cfg.rate, burst: cfg.burst}
+
+	addr, owned := cfg.addr, false
+	if addr == "" {
+		srv, err := startServer()
+		if err != nil {
+			return err
+		}
+		defer srv.stop()
+		addr, owned = srv.addr, true
+	}
+	admin := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer admin.Close()
+	version := "?"
+	if info, err := admin.Info(ctx, "server").Result(); err == nil {
+		for _, l := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(l, "redis_version:"); ok {
+				version = v
+			}
+		}
+	} else {
+		return fmt.Errorf("redis at %s: %w", addr, err)
+	}
+	e := env{addr: addr, pool: cfg.pool, policy: p, coalesceFlushers: cfg.flushers, coalesceBatch: cfg.batch}
+	rep := &report{cfg: cfg, cmdline: cmdline, redisVersion: version, owned: owned, gomaxprocs: runtime.GOMAXPROCS(0), ncpu: runtime.NumCPU()}
+
+	var cs []contender
+	for _, c := range contenders() {
+		if cfg.only == nil || cfg.only.MatchString(c.name) || c.name == "floor (go-redis)" || c.name == "redis_rate v10" {
+			cs = append(cs, c)
+		}
+	}
+	rep.contenders = cs
+
+	if cfg.sections["memory"] {
+		logf("memory: MEMORY USAGE and used_memory growth over %d subjects", cfg.memSubjects)
+		for _, c := range cs {
+			if !c.remote || strings.Contains(c.name, "prototype") {
+				continue
+			}
+			r, err := measureMemory(ctx, admin, owned, c.name, func() (Checker, error) { return c.build(e) }, p, cfg.memSubjects)
+			if err != nil {
+				return fmt.Errorf("memory of %s: %w", c.name, err)
+			}
+			r.note = c.note
+			rep.memory = append(rep.memory, r)
+			logf("  %-34s keys %d, MEMORY USAGE %d B, growth %.0f B", c.name, r.keys, r.usage, r.growth)
+		}
+	}
+
+	if cfg.sections["variants"] {
+		if err := runVariants(ctx, admin, owned, e, cfg, rep, logf); err != nil {
+			return err
+		}
+	}
+
+	if cfg.sections["throughput"] {
+		if err := runThroughput(ctx, cs, e, cfg, rep, logf); err != nil {
+			return err
+		}
+	}
+
+	if cfg.sections["server"] {
+		logf("server cost: each Redis limiter alone, concurrency 16, %d subjects", max(cfg.subjects[len(cfg.subjects)-1], 1))
+		subj := makeSubjects("sc", cfg.subjects[len(cfg.subjects)-1])
+		for _, c := range cs {
+			if !c.remote {
+				continue
+			}
+			chk, err := c.build(e)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			runOne(chk, 16, subj, cfg.duration/4) // warm the pool
+			sc, err := measureServerCost(ctx, admin, c.name, chk, 16, subj, cfg.duration)
+			chk.Close()
+			if err != nil {
+				return fmt.Errorf("server cost of %s: %w", c.name, err)
+			}
+			rep.server = append(rep.server, sc)
+			logf("  %-34s %.1f µs CPU/decision; %s", c.name, sc.cpuUs, sc.commands)
+		}
+	}
+
+	if cfg.sections["ceiling"] {
+		logf("ceiling: redis-benchmark -P 16, %d requests per run", cfg.ceilingN)
+		if err := admin.ScriptLoad(ctx, redisstore.Script).Err(); err != nil {
+			return err
+		}
+		if err := admin.ScriptLoad(ctx, FloorScript).Err(); err != nil {
+			return err
+		}
+		ourArgs := []string{"", "1", "0", strconv.FormatInt(p.burst, 10), strconv.FormatInt(p.rate, 10), "1000000"}
+		for _, n := range cfg.subjects {
+			for _, s := range []struct {
+				name, tag, sha string
+				args           []string
+			}{
+				{"ours: tokenbucket.lua", "ours", redisstore.ScriptSHA, ourArgs},
+				{"floor: HINCRBY script", "floor", FloorSHA, nil},
+			} {
+				r, err := redisBenchmark(addr, cfg.ceilingN, n, s.name, s.tag, s.sha, s.args...)
+				if err != nil {
+					return err
+				}
+				rep.ceiling = append(rep.ceiling, r)
+				logf("  %-26s %6d subjects: %.0f/s", s.name, n, r.rps)
+			}
+		}
+	}
+
+	if cfg.sections["local"] {
+		prev := runtime.GOMAXPROCS(2)
+		logf("in-process: GOMAXPROCS=2, hot subject and %d subjects, %v each", cfg.localSubjects, cfg.localDuration)
+		for _, lc := range localContenders() {
+			if cfg.only != nil && !cfg.only.MatchString(lc.name) && !strings.HasPrefix(lc.name, "x/time") && !strings.HasPrefix(lc.name, "go-limiter") {
+				continue
+			}
+			r, err := measureLocal(lc, p, cfg.localSubjects, cfg.localDuration)
+			if err != nil {
+				return fmt.Errorf("%s: %w", lc.name, err)
+			}
+			rep.local = append(rep.local, r)
+			rep.localNotes = append(rep.localNotes, lc.name+": "+lc.note)
+			logf("  %-36s hot %.0f ns %.1f allocs; %d subjects %.0f ns %.1f allocs; %.0f B/subject",
+				lc.name, r.hotNs, r.hotAllocs, r.subjects, r.manyNs, r.manyAllocs, r.bytesPerSubject)
+		}
+		runtime.GOMAXPROCS(prev)
+	}
+
+	rep.write(out)
+	return nil
+}
+
+func makeSubjects(tag string, n int) []string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = tag + ":" + strconv.Itoa(i)
+	}
+	return s
+}
+
+// runThroughput builds every contender once, warms it, and then runs the
+// rounds: in each round every configuration, and in each configuration every
+// contender in turn (A B C ...), so that a noisy stretch of the machine hits
+// all of them alike. Each run uses fresh subjects.
+func runThroughput(ctx context.Context, cs []contender, e env, cfg config, rep *report, logf func(string, ...any)) error {
+	chks := make([]Checker, len(cs))
+	for i, c := range cs {
+		chk, err := c.build(e)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		defer chk.Close()
+		chks[i] = chk
+		runOne(chk, slices.Max(cfg.conc), makeSubjects("warm", 100), min(cfg.duration, 200*time.Millisecond))
+	}
+	rep.runs = map[runKey][]result{}
+	start := time.Now()
+	for round := range cfg.rounds {
+		for _, conc := range cfg.conc {
+			for _, n := range cfg.subjects {
+				for i, c := range cs {
+					subj := makeSubjects(fmt.Sprintf("r%dc%d", round, conc), n)
+					r := runOne(chks[i], conc, subj, cfg.duration)
+					k := runKey{c.name, conc, n}
+					rep.runs[k] = append(rep.runs[k], r)
+				}
+			}
+		}
+		logf("throughput: round %d/%d done (%v)", round+1, cfg.rounds, time.Since(start).Round(time.Second))
+	}
+	for _, chk := range chks {
+		if o, ok := chk.(*ours); ok {
+			if s, ok := o.lim.Store().(*CoalescingStore); ok {
+				rep.coalesceBatches, rep.coalesceChecks = s.Stats()
+			}
+		}
+	}
+	return nil
+}
+
+// runVariants measures the compact-value variants of our script: their
+// MEMORY USAGE and used_memory growth per subject, their server cost per
+// call, and their replies against the shipped script's.
+func runVariants(ctx context.Context, admin *redis.Client, owned bool, e env, cfg config, rep *report, logf func(string, ...any)) error {
+	logf("script variants: stored value, memory, server cost and a differential check against tokenbucket.lua")
+	limits := []ratelimit.Limit{ratelimit.NewLimit(e.policy.rate, time.Second, e.policy.burst)}
+	type body struct{ name, value, script, prefix string }
+	bodies := []body{
+		{"shipped tokenbucket.lua", "\"last L c r p\" in decimal text", redisstore.Script, defaultPrefix},
+		{"shipped, namespace \"rl\"", "the same, with the key prefix \"2:rl:\" instead of \"9:ratelimit:\"", redisstore.Script, "2:rl:"},
+	}
+	for _, v := range variants() {
+		s, err := v.derive()
+		if err != nil {
+			rep.variantErrs = append(rep.variantErrs, err.Error())
+			continue
+		}
+		bodies = append(bodies, body{v.name, v.value, s, defaultPrefix})
+	}
+	steps := 4000
+	if cfg.memSubjects < 10000 {
+		steps = 1000
+	}
+	subj := makeSubjects("vc", 10000)
+	for _, b := range bodies {
+		vr := variantResult{name: b.name, value: b.value}
+		if b.script != redisstore.Script {
+			n, err := differential(ctx, admin, b.script, steps, 42)
+			vr.diffSteps, vr.diffErr = n, err
+		}
+		build := func() (Checker, error) { return newScriptChecker(e, b.script, b.prefix, limits) }
+		m, err := measureMemory(ctx, admin, owned, b.name, build, e.policy, cfg.memSubjects)
+		if err != nil {
+			return fmt.Errorf("variant %s: %w", b.name, err)
+		}
+		vr.mem = m
+		chk, err := build()
+		if err != nil {
+			return err
+		}
+		runOne(chk, 16, subj, cfg.duration/4)
+		sc, err := measureServerCost(ctx, admin, b.name, chk, 16, subj, cfg.duration)
+		chk.Close()
+		if err != nil {
+			return err
+		}
+		vr.cost = sc
+		rep.variants = append(rep.variants, vr)
+		logf("  %-28s MEMORY USAGE %d B, growth %.0f B, %.1f µs/EVALSHA, differential %d steps %v", b.name, m.usage, m.growth, sc.scriptUs, vr.diffSteps, vr.diffErr)
+	}
+	return nil
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	mrand "math/rand/v2"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// memResult is the Redis memory one subject costs a limiter.
+type memResult struct {
+	name   string
+	keys   int     // keys one subject creates
+	usage  int64   // MEMORY USAGE of those keys, summed
+	growth float64 // used_memory growth per subject over n subjects; <0 when not measured
+	value  string  // a stored value, quoted, for the report
+	note   string
+}
+
+// memCost is the tokens each subject spends in the memory measurement: half
+// the burst, so that every key lives at least half a second (a check of one
+// token at 1000/s is refilled, and our key expires, after 1 ms), with values
+// as wide as after a one-token check.
+func memCost(p policy) int64 { return p.burst / 2 }
+
+func randHex() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func usedMemory(ctx context.Context, admin *redis.Client) (int64, error) {
+	info, err := admin.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	return infoInt(info, "used_memory")
+}
+
+func infoInt(info, field string) (int64, error) {
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in INFO", field)
+}
+
+func infoFloat(info, field string) (float64, error) {
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in INFO", field)
+}
+
+// probeKeys returns the keys whose names contain marker.
+func probeKeys(ctx context.Context, admin *redis.Client, marker string) ([]string, error) {
+	var keys []string
+	iter := admin.Scan(ctx, 0, "*"+marker+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	return keys, iter.Err()
+}
+
+// measureMemory measures one limiter: the keys one subject creates and their
+// MEMORY USAGE, and, when owned (this program started the server, so it may
+// flush it and pause expiry), the growth of used_memory over n subjects
+// checked once each on an emptied server with active expiry paused, so that
+// none of them is reclaimed before the count.
+func measureMemory(ctx context.Context, admin *redis.Client, owned bool, name string, build func() (Checker, error), p policy, n int) (memResult, error) {
+	res := memResult{name: name, growth: -1}
+	chk, err := build()
+	if err != nil {
+		return res, err
+	}
+	defer chk.Close()
+	cost := memCost(p)
+
+	// Subjects as long as "user:1234", so every limiter's key is its own
+	// prefix and nine characters.
+	marker := "p" + randHex()
+	if _, err := chk.Check(ctx, marker, cost); err != nil {
+		return res, err
+	}
+	keys, err := probeKeys(ctx, admin, marker)
+	if err != nil {
+		return res, err
+	}
+	res.keys = len(keys)
+	var vals []string
+	for _, k := range keys {
+		u, err := admin.MemoryUsage(ctx, k, 0).Result()
+		if err != nil {
+			return res, fmt.Errorf("MEMORY USAGE %s: %w", k, err)
+		}
+		res.usage += u
+		if typ, _ := admin.Type(ctx, k).Result(); typ == "string" {
+			v, _ := admin.Get(ctx, k).Result()
+			vals = append(vals, fmt.Sprintf("%s=%q", k, v))
+		} else {
+			vals = append(vals, k+" ("+typ+")")
+		}
+	}
+	res.value = strings.Join(vals, ", ")
+	if !owned {
+		return res, nil
+	}
+
+	const conc = 8
+	fill := func(prefix string, count int) error {
+		var wg sync.WaitGroup
+		errs := make(chan error, conc)
+		for w := range conc {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < count; i += conc {
+					if _, err := chk.Check(ctx, prefix+strconv.Itoa(i), cost); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		return <-errs
+	}
+	// Warm the client's connections, then start from an empty server.
+	if err := fill("warm-", 4*conc); err != nil {
+		return res, err
+	}
+	if err := admin.Do(ctx, "DEBUG", "SET-ACTIVE-EXPIRE", "0").Err(); err != nil {
+		return res, fmt.Errorf("DEBUG SET-ACTIVE-EXPIRE (needs enable-debug-command): %w", err)
+	}
+	defer admin.Do(ctx, "DEBUG", "SET-ACTIVE-EXPIRE", "1")
+	if err := admin.FlushAllAsync(ctx).Err(); err != nil {
+		return res, err
+	}
+	if err := admin.Do(ctx, "FLUSHALL", "SYNC").Err(); err != nil {
+		return res, err
+	}
+	m0, err := usedMemory(ctx, admin)
+	if err != nil {
+		return res, err
+	}
+	if err := fill("f"+randHex()[:4]+":", n); err != nil {
+		return res, err
+	}
+	m1, err := usedMemory(ctx, admin)
+	if err != nil {
+		return res, err
+	}
+	res.growth = float64(m1-m0) / float64(n)
+	return res, admin.Do(ctx, "FLUSHALL", "SYNC").Err()
+}
+
+// scriptChecker runs a script with tokenbucket.lua's KEYS and ARGV layout on
+// the key of ratelimit's default namespace.
+type scriptChecker struct {
+	c      *redis.Client
+	sha    string
+	prefix string
+	limits []ratelimit.Limit
+}
+
+func newScriptChecker(e env, body, prefix string, limits []ratelimit.Limit) (*scriptChecker, error) {
+	c := redis.NewClient(goRedisOptions(e))
+	sha, err := c.ScriptLoad(context.Background(), body).Result()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &scriptChecker{c: c, sha: sha, prefix: prefix, limits: limits}, nil
+}
+
+func (s *scriptChecker) Check(ctx context.Context, subject string, cost int64) (bool, error) {
+	r := ratelimit.Request{Limits: s.limits, Cost: cost}
+	res, err := s.c.EvalSha(ctx, s.sha, []string{s.prefix + subject}, redisstore.Args(r)...).Result()
+	if err != nil {
+		return false, err
+	}
+	d, err := redisstore.ParseReply(r, res)
+	return d.Allowed, err
+}
+func (s *scriptChecker) Close() { s.c.Close() }
+
+// defaultPrefix is the key prefix of ratelimit's default namespace.
+var defaultPrefix = strconv.Itoa(len(ratelimit.DefaultNamespace)) + ":" + ratelimit.DefaultNamespace + ":"
+
+// differential runs the same random sequence of requests (several
+// policies, multi-limit ones, policy changes on a live key, peeks, costs up
+// to the capacity, clocks that go backwards) through the shipped script and
+// through body, on keys of their own, with the time passed in ARGV, and
+// returns the number of requests and the first reply that differs.
+func differential(ctx context.Context, c *redis.Client, body string, steps int, seed uint64) (int, error) {
+	shaA, err := c.ScriptLoad(ctx, redisstore.Script).Result()
+	if err != nil {
+		return 0, err
+	}
+	shaB, err := c.ScriptLoad(ctx, body).Result()
+	if err != nil {
+		return 0, err
+	}
+	policies := [][]ratelimit.Limit{
+		{ratelimit.PerSecond(1000)},
+		{ratelimit.NewLimit(3, time.Second, 5)},
+		{ratelimit.NewLimit(7, 1500*time.Millisecond, 9)},
+		{ratelimit.PerSecond(10), ratelimit.PerMinute(100)},
+		{ratelimit.PerMinute(100), ratelimit.PerSecond(10), ratelimit.NewLimit(1, time.Millisecond, 1)},
+	}
+	rng := mrand.New(mrand.NewPCG(seed, 1))
+	tag := randHex()
+	now := time.Now().UnixMicro()
+	pipeA, pipeB := c.Pipeline(), c.Pipeline()
+	type pair struct{ a, b *redis.Cmd }
+	var cmds []pair
+	for i := range steps {
+		key := fmt.Sprintf("diff-%s-%d", tag, rng.IntN(8))
+		pol := policies[rng.IntN(len(policies))]
+		if rng.IntN(4) > 0 { // mostly a key's own policy, sometimes a change
+			pol = policies[int(key[len(key)-1])%len(policies)]
+		}
+		minCap := pol[0].Capacity
+		for _, l := range pol {
+			minCap = min(minCap, l.Capacity)
+		}
+		switch rng.IntN(10) {
+		case 0:
+			now -= rng.Int64N(2000) // a clock behind the bucket
+		default:
+			now += rng.Int64N(400_000)
+		}
+		r := ratelimit.Request{Limits: pol, Cost: 1 + rng.Int64N(minCap), Peek: rng.IntN(6) == 0, Now: time.UnixMicro(now)}
+		args := redisstore.Args(r)
+		cmds = append(cmds, pair{
+			pipeA.EvalSha(ctx, shaA, []string{"a" + key}, args...),
+			pipeB.EvalSha(ctx, shaB, []string{"b" + key}, args...),
+		})
+		// Keep A and B in step: each pair must see the same stored state.
+		if len(cmds)%64 == 0 || i == steps-1 {
+			if _, err := pipeA.Exec(ctx); err != nil {
+				return i, fmt.Errorf("shipped script: %w", err)
+			}
+			if _, err := pipeB.Exec(ctx); err != nil {
+				return i, fmt.Errorf("variant: %w", err)
+			}
+		}
+	}
+	for i, p := range cmds {
+		ra, ea := p.a.Result()
+		rb, eb := p.b.Result()
+		if fmt.Sprint(ea) != fmt.Sprint(eb) || !reflect.DeepEqual(ra, rb) {
+			return i, fmt.Errorf("request %d: shipped %v %v, variant %v %v", i, ra, ea, rb, eb)
+		}
+	}
+	return len(cmds), nil
+}
