@@ -1,0 +1,69 @@
+// Package httplimit is net/http middleware that rate-limits requests with a
+// ratelimit.Limiter: each request is keyed by a function of the request (the
+// client IP by default), charged a cost (one token by default), and either
+// passed to the wrapped handler or answered 429 Too Many Requests.
+//
+//	lim, _ := ratelimit.New[string](store, ratelimit.PerSecond(10), ratelimit.WithNamespace("api"))
+//	mw, _ := httplimit.New(lim, httplimit.WithKey(httplimit.Header("X-API-Key")))
+//	http.ListenAndServe(addr, mw.Handler(mux))
+//
+// Middleware.Handler has the type func(http.Handler) http.Handler, so it plugs
+// into chi, gorilla/mux and every router that takes that shape.
+//
+// # Responses
+//
+// Allowed and denied responses carry the same headers, set from the
+// Decision (see SetHeaders):
+//
+//	RateLimit-Policy: "api";q=10;w=1
+//	RateLimit: "api";r=9;t=1
+//	X-RateLimit-Limit: 10
+//	X-RateLimit-Remaining: 9
+//	X-RateLimit-Reset: 1767225601
+//
+// RateLimit-Policy and RateLimit follow the IETF httpapi draft "RateLimit
+// header fields for HTTP": q is the policy's capacity and w the seconds an empty
+// bucket takes to fill; r is the tokens left and t the seconds, rounded up,
+// until the bucket is full. X-RateLimit-Reset is that moment as Unix seconds,
+// as GitHub's API sends it. A denied request is answered 429 with Retry-After,
+// the whole seconds (rounded up) until its cost is available, and a short
+// plain-text body, or JSON with WithJSON. A denial consumes nothing, and the
+// wrapped handler is not called.
+//
+// # Keys
+//
+// ClientIP keys by the connection's peer address and believes no header.
+// Behind reverse proxies, list them in a TrustedProxies and key with its
+// ClientIP method: X-Forwarded-For (or RFC 7239 Forwarded) is read only when
+// the peer is one of them, from the right, up to the first address that is
+// not, so a client cannot choose its key by sending the header itself.
+// Header keys by a request header such as an API key; Join and PerRoute combine
+// keys, for example a limit per client and per route.
+//
+// A request for which the key function fails (or returns "") gets 400 Bad
+// Request, or is passed to the handler unlimited with PassMissingKey.
+//
+// # Outages
+//
+// When the Limiter returns an error that is not the request's own (not an
+// invalid cost, not the client going away), the middleware applies one of
+// the behaviours named by ratelimit.Outage (WithOutage):
+//
+//   - FailClosed (the default): 503 Service Unavailable with Retry-After: 1.
+//   - FailOpen: the request is passed to the handler, without rate-limit
+//     headers.
+//   - LocalFallback: the request is decided by a bucket in this process with
+//     the same policy, per key, as long as the store keeps failing. Each
+//     request still tries the store first; to skip a store that is down
+//     (a breaker with a probe), build the Limiter's store with package
+//     fallback, whose decisions reach the middleware without an error.
+//   - ReturnError: the error is handed to the function set with
+//     WithErrorHandler, which writes the response (503 if none is set).
+//
+// A Decision that was not enforced (ratelimit.Decision.Enforced is false,
+// as package fallback returns under FailOpen and FailClosed) is treated the
+// same way: passed without headers when allowed, 503 when denied.
+//
+// The middleware never panics on a store error or a missing key. It is safe
+// for simultaneous use by multiple goroutines and starts no goroutine.
+package httplimit

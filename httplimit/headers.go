@@ -1,0 +1,115 @@
+package httplimit
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+)
+
+// SetHeaders sets on h the rate-limit headers of decision d, made under the
+// policy limits named name, at time now:
+//
+//   - RateLimit-Policy lists every limit as "name";q=capacity;w=seconds, where
+//     w is the time an empty bucket takes to fill, rounded up. With several
+//     limits they are named name-1, name-2, ...
+//   - RateLimit gives the limit that bound d as "name";r=remaining;t=seconds,
+//     with t the seconds until the bucket is full, rounded up.
+//   - X-RateLimit-Limit is that limit's capacity, X-RateLimit-Remaining the
+//     tokens left, and X-RateLimit-Reset the Unix time, in seconds rounded
+//     up, when the bucket is full.
+//
+// Retry-After is not set here: it belongs to denials only, and the middleware
+// adds it. SetHeaders sets nothing when limits is empty and d carries no
+// valid limit. The middleware and the ratelimit service both use it, so their
+// headers agree.
+func SetHeaders(h http.Header, name string, limits []ratelimit.Limit, d ratelimit.Decision, now time.Time) {
+	if len(limits) == 0 {
+		if d.Limit.Validate() != nil {
+			return
+		}
+		limits = []ratelimit.Limit{d.Limit}
+	}
+	quoted := sfString(name)
+	names := func(i int) string {
+		if len(limits) == 1 {
+			return quoted
+		}
+		return sfString(name + "-" + strconv.Itoa(i+1))
+	}
+	var policy strings.Builder
+	bound := 0
+	for i, l := range limits {
+		if i > 0 {
+			policy.WriteString(", ")
+		}
+		policy.WriteString(names(i))
+		policy.WriteString(";q=")
+		policy.WriteString(strconv.FormatInt(max(l.Capacity, 0), 10))
+		policy.WriteString(";w=")
+		policy.WriteString(strconv.FormatInt(window(l), 10))
+		if l == d.Limit {
+			bound = i
+		}
+	}
+	remaining := max(d.Remaining, 0)
+	reset := ceilSeconds(d.ResetAfter)
+	h.Set("RateLimit-Policy", policy.String())
+	h.Set("RateLimit", names(bound)+";r="+strconv.FormatInt(remaining, 10)+";t="+strconv.FormatInt(reset, 10))
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(max(limits[bound].Capacity, 0), 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilUnix(now.Add(max(d.ResetAfter, 0))), 10))
+}
+
+// window returns the whole seconds, rounded up and at least 1, an empty
+// bucket of l takes to fill: capacity * period / refill tokens.
+func window(l ratelimit.Limit) int64 {
+	if l.Validate() != nil {
+		return 1
+	}
+	// Validate bounds capacity * period in µs by 2^52: no overflow.
+	us := l.Capacity * l.RefillPeriod.Microseconds()
+	us = (us + l.RefillTokens - 1) / l.RefillTokens
+	return max(1, (us+999_999)/1_000_000)
+}
+
+// ceilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// ceilUnix returns t as Unix seconds, rounded up.
+func ceilUnix(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return s
+}
+
+// sfString returns s as a structured-field string (RFC 8941): quoted, with
+// '"' and '\' escaped, and any byte outside printable ASCII replaced by '?'.
+func sfString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

@@ -1,0 +1,192 @@
+// Package config reads the policies of the ratelimit service from YAML, in
+// the shape users of Envoy's ratelimit service know:
+//
+//	namespaces:
+//	  - name: default
+//	    rate_limit: {unit: second, requests_per_unit: 10}
+//	  - name: login
+//	    rate_limit:
+//	      unit: minute
+//	      requests_per_unit: 5
+//	      burst: 10
+//
+// Each namespace has one token-bucket limit: requests_per_unit tokens are
+// added every unit (second, minute, hour or day), and the bucket holds burst
+// tokens (default requests_per_unit). The namespace "default" is always
+// there: a file may change its limit, and without a file it allows 10 per
+// second per subject, bursting to 10. Unknown fields, duplicate names and
+// limits the library cannot enforce exactly are errors that name the
+// namespace and the field.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"go.yaml.in/yaml/v3"
+)
+
+// DefaultNamespace is the namespace of requests that name none.
+const DefaultNamespace = "default"
+
+// DefaultLimit is the limit of DefaultNamespace unless a file sets another:
+// 10 per second per subject, bursting to 10.
+var DefaultLimit = ratelimit.PerSecond(10)
+
+// MaxFileSize bounds a config file.
+const MaxFileSize = 1 << 20
+
+// Policies maps namespace names to their limits. It always holds
+// DefaultNamespace.
+type Policies map[string]ratelimit.Limit
+
+// Default returns the built-in policies: DefaultNamespace with DefaultLimit.
+func Default() Policies { return Policies{DefaultNamespace: DefaultLimit} }
+
+// Names returns the namespaces in sorted order.
+func (p Policies) Names() []string {
+	names := make([]string, 0, len(p))
+	for n := range p {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// String lists the namespaces with their limits, "default=10/10/1s
+// login=10/5/1m0s", for log lines.
+func (p Policies) String() string {
+	var b strings.Builder
+	for i, n := range p.Names() {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%v", n, p[n])
+	}
+	return b.String()
+}
+
+type file struct {
+	Namespaces []namespace `yaml:"namespaces"`
+}
+
+type namespace struct {
+	Name      string     `yaml:"name"`
+	RateLimit *rateLimit `yaml:"rate_limit"`
+}
+
+type rateLimit struct {
+	Unit            string `yaml:"unit"`
+	RequestsPerUnit int64  `yaml:"requests_per_unit"`
+	Burst           int64  `yaml:"burst"`
+}
+
+var units = map[string]time.Duration{
+	"second": time.Second,
+	"minute": time.Minute,
+	"hour":   time.Hour,
+	"day":    24 * time.Hour,
+}
+
+// Load reads and parses the file at path. The error starts with the path.
+func Load(path string) (Policies, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxFileSize)
+	}
+	p, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+// Parse parses a config document.
+func Parse(data []byte) (Policies, error) {
+	var f file
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	var extra any
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("more than one YAML document")
+	}
+	p := Default()
+	seen := map[string]bool{}
+	for i, ns := range f.Namespaces {
+		if err := CheckName(ns.Name); err != nil {
+			return nil, fmt.Errorf("namespaces[%d]: %w", i, err)
+		}
+		if seen[ns.Name] {
+			return nil, fmt.Errorf("namespace %q is defined twice", ns.Name)
+		}
+		seen[ns.Name] = true
+		l, err := ns.limit()
+		if err != nil {
+			return nil, fmt.Errorf("namespace %q: %w", ns.Name, err)
+		}
+		p[ns.Name] = l
+	}
+	return p, nil
+}
+
+func (ns namespace) limit() (ratelimit.Limit, error) {
+	rl := ns.RateLimit
+	if rl == nil {
+		return ratelimit.Limit{}, errors.New("rate_limit is missing")
+	}
+	per, ok := units[strings.ToLower(rl.Unit)]
+	if !ok {
+		return ratelimit.Limit{}, fmt.Errorf("rate_limit.unit %q: want second, minute, hour or day", rl.Unit)
+	}
+	if rl.RequestsPerUnit < 1 {
+		return ratelimit.Limit{}, fmt.Errorf("rate_limit.requests_per_unit must be at least 1 (got %d)", rl.RequestsPerUnit)
+	}
+	if rl.Burst < 0 {
+		return ratelimit.Limit{}, fmt.Errorf("rate_limit.burst must be at least 1 when set (got %d)", rl.Burst)
+	}
+	burst := rl.Burst
+	if burst == 0 {
+		burst = rl.RequestsPerUnit
+	}
+	l := ratelimit.NewLimit(rl.RequestsPerUnit, per, burst)
+	if err := l.Validate(); err != nil {
+		return ratelimit.Limit{}, fmt.Errorf("rate_limit: %s", strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": "))
+	}
+	return l, nil
+}
+
+// CheckName reports whether name can name a namespace: 1 to 64 characters
+// among letters, digits and "._-:". The characters are those a header, a
+// metric label and a log line carry without escaping.
+func CheckName(name string) error {
+	if name == "" {
+		return errors.New("name is missing")
+	}
+	if len(name) > 64 {
+		return fmt.Errorf("name %q is longer than 64 characters", name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._-:", c)) {
+			return fmt.Errorf("name %q: only letters, digits and . _ - : are allowed", name)
+		}
+	}
+	return nil
+}

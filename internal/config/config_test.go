@@ -1,0 +1,94 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+)
+
+func TestParse(t *testing.T) {
+	p, err := Parse([]byte(`
+namespaces:
+  - name: login
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+      burst: 10
+  - name: api.v2
+    rate_limit: {unit: Second, requests_per_unit: 100}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Policies{
+		"default": ratelimit.PerSecond(10),
+		"login":   ratelimit.NewLimit(5, time.Minute, 10),
+		"api.v2":  ratelimit.PerSecond(100),
+	}
+	if len(p) != len(want) {
+		t.Fatalf("got %v, want %v", p, want)
+	}
+	for k, v := range want {
+		if p[k] != v {
+			t.Errorf("%s = %v, want %v", k, p[k], v)
+		}
+	}
+	if got := p.String(); got != "api.v2=100/100/1s default=10/10/1s login=10/5/1m0s" {
+		t.Errorf("String() = %q", got)
+	}
+}
+
+func TestParseOverridesDefaultAndAcceptsEmpty(t *testing.T) {
+	p, err := Parse([]byte("namespaces:\n  - name: default\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"))
+	if err != nil || p["default"] != ratelimit.PerHour(3) {
+		t.Fatalf("got %v, %v", p, err)
+	}
+	p, err = Parse(nil)
+	if err != nil || len(p) != 1 || p["default"] != DefaultLimit {
+		t.Fatalf("empty file: got %v, %v", p, err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct{ doc, want string }{
+		{"namespaces: [", "line 1"},
+		{"namespace: []", "field namespace not found"},
+		{"namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 1, brust: 2}", "field brust not found"},
+		{"namespaces:\n  - rate_limit: {unit: second, requests_per_unit: 1}", "namespaces[0]: name is missing"},
+		{"namespaces:\n  - name: a b\n    rate_limit: {unit: second, requests_per_unit: 1}", `name "a b": only letters`},
+		{"namespaces:\n  - name: a\n", `namespace "a": rate_limit is missing`},
+		{"namespaces:\n  - name: a\n    rate_limit: {unit: week, requests_per_unit: 1}", `namespace "a": rate_limit.unit "week"`},
+		{"namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 0}", "requests_per_unit must be at least 1 (got 0)"},
+		{"namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 1, burst: -1}", "burst must be at least 1"},
+		{"namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: x}", "cannot unmarshal"},
+		{"namespaces:\n  - name: a\n    rate_limit: {unit: day, requests_per_unit: 1, burst: 99999999999}", "capacity * refill period"},
+		{"namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 2}", `namespace "a" is defined twice`},
+		{"namespaces: []\n---\nnamespaces: []\n", "more than one YAML document"},
+	}
+	for _, tt := range tests {
+		_, err := Parse([]byte(tt.doc))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Parse(%q) error = %v, want one containing %q", tt.doc, err, tt.want)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rl.yaml")
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("missing file: %v", err)
+	}
+	os.WriteFile(path, []byte("namespaces:\n  - name: x\n"), 0o644)
+	if _, err := Load(path); err == nil || !strings.HasPrefix(err.Error(), path+": ") {
+		t.Errorf("bad file: error %v does not start with the path", err)
+	}
+	os.WriteFile(path, []byte("# just a comment\n"), 0o644)
+	if p, err := Load(path); err != nil || len(p) != 1 {
+		t.Errorf("comment-only file: %v, %v", p, err)
+	}
+}

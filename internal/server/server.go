@@ -1,0 +1,576 @@
+// Package server is the HTTP decision service of the ratelimit command: the
+// JSON API (POST /v1/acquire, /v1/peek, /v1/reset), /healthz, /metrics, and a
+// rate-limiting reverse proxy built on package httplimit.
+//
+// Policies are a set of namespaces, each with its limit (package config),
+// swapped atomically by SetPolicies: a check decided during a reload uses
+// either the old set or the new one, and buckets carry over by the library's
+// policy-change rule. The Service is safe for simultaneous use by multiple
+// goroutines and starts no goroutine.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/httplimit"
+	"github.com/exactlimit/ratelimit/internal/config"
+)
+
+// MaxBodyBytes bounds the body of an API request.
+const MaxBodyBytes = 64 << 10
+
+// MaxSubjectBytes bounds a subject.
+const MaxSubjectBytes = 1024
+
+// DefaultTimeout bounds one check when Options.Timeout is zero.
+const DefaultTimeout = time.Second
+
+// Options configure a Service.
+type Options struct {
+	// Store decides the checks. Wrap it in package fallback for an outage
+	// behaviour other than returning the error.
+	Store ratelimit.Store
+	// StoreName describes the store in /healthz and the log, e.g. "memory"
+	// or "redis 127.0.0.1:6379". It must not hold a password.
+	StoreName string
+	// Policies are the namespaces to start with (default config.Default()).
+	Policies config.Policies
+	// Token, when set, is the bearer token /v1/ requires.
+	Token string
+	// Timeout bounds each check (default DefaultTimeout).
+	Timeout time.Duration
+	// Outage names the behaviour the Store applies in an outage, for
+	// /healthz and /metrics.
+	Outage ratelimit.Outage
+	// Degraded reports whether the Store is serving without its primary
+	// (package fallback's !IsAlive), for /healthz and the
+	// ratelimit_fallback_active gauge. Nil means never.
+	Degraded func() bool
+	// Metrics receives the service's metrics (default: a new Metrics).
+	Metrics *Metrics
+	// Logger receives errors and reloads (default: discard).
+	Logger *slog.Logger
+	// Clock, when set, is the time of every check and of the headers. By
+	// default checks use the store's clock (Redis's TIME) and headers
+	// time.Now. Tests set it.
+	Clock func() time.Time
+}
+
+// Service answers rate-limit checks over HTTP.
+type Service struct {
+	store    ratelimit.Store
+	name     string
+	token    []byte
+	timeout  time.Duration
+	outage   ratelimit.Outage
+	degraded func() bool
+	metrics  *Metrics
+	log      *slog.Logger
+	clock    func() time.Time
+	now      func() time.Time
+	policies atomic.Pointer[policySet]
+	pinned   atomic.Pointer[[]string]
+	errLog   rateLimitedLog
+}
+
+type policySet struct {
+	limits   config.Policies
+	limiters map[string]*ratelimit.Limiter[string]
+}
+
+// New returns a Service. The error reports a missing store or an invalid
+// policy.
+func New(o Options) (*Service, error) {
+	if o.Store == nil {
+		return nil, errors.New("server: store must not be nil")
+	}
+	s := &Service{
+		store:    o.Store,
+		name:     o.StoreName,
+		token:    []byte(o.Token),
+		timeout:  o.Timeout,
+		outage:   o.Outage,
+		degraded: o.Degraded,
+		metrics:  o.Metrics,
+		log:      o.Logger,
+		clock:    o.Clock,
+		now:      o.Clock,
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.degraded == nil {
+		s.degraded = func() bool { return false }
+	}
+	if s.metrics == nil {
+		s.metrics = NewMetrics()
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.name == "" {
+		s.name = "store"
+	}
+	s.metrics.bindService(s)
+	p := o.Policies
+	if p == nil {
+		p = config.Default()
+	}
+	if err := s.SetPolicies(p); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// SetPolicies replaces the namespaces and their limits. The set must hold
+// config.DefaultNamespace and every namespace pinned by Pin; otherwise the
+// old set stays and the error says why.
+func (s *Service) SetPolicies(p config.Policies) error {
+	if _, ok := p[config.DefaultNamespace]; !ok {
+		return fmt.Errorf("namespace %q is missing", config.DefaultNamespace)
+	}
+	if pinned := s.pinned.Load(); pinned != nil {
+		for _, ns := range *pinned {
+			if _, ok := p[ns]; !ok {
+				return fmt.Errorf("namespace %q limits the proxied requests and cannot be removed", ns)
+			}
+		}
+	}
+	set := &policySet{limits: make(config.Policies, len(p)), limiters: make(map[string]*ratelimit.Limiter[string], len(p))}
+	for ns, l := range p {
+		opts := []ratelimit.Option{ratelimit.WithNamespace(ns)}
+		if s.clock != nil {
+			opts = append(opts, ratelimit.WithClock(s.clock))
+		}
+		lim, err := ratelimit.New[string](s.store, l, opts...)
+		if err != nil {
+			return fmt.Errorf("namespace %q: %w", ns, err)
+		}
+		set.limits[ns] = l
+		set.limiters[ns] = lim
+	}
+	s.policies.Store(set)
+	s.metrics.namespaces.Set(float64(len(set.limits)))
+	return nil
+}
+
+// Policies returns the namespaces in force.
+func (s *Service) Policies() config.Policies {
+	out := make(config.Policies)
+	for k, v := range s.policies.Load().limits {
+		out[k] = v
+	}
+	return out
+}
+
+// Reload loads the policies from the file at path and puts them in force.
+// On any error the policies in force stay, and the error says why; it is
+// also logged, with the file and the namespaces kept, and counted in
+// ratelimit_config_reloads_total{result="error"}.
+func (s *Service) Reload(path string) error {
+	p, err := config.Load(path)
+	if err == nil {
+		err = s.SetPolicies(p)
+	}
+	if err != nil {
+		s.metrics.reloads.Inc("error")
+		s.log.Error("config reload refused; keeping the previous policies",
+			"file", path, "err", err, "policies", s.policies.Load().limits.String())
+		return err
+	}
+	s.metrics.reloads.Inc("ok")
+	s.log.Info("config reloaded", "file", path, "policies", p.String())
+	return nil
+}
+
+// Pin makes namespaces required: SetPolicies refuses a set without them.
+// The proxy pins the namespace it limits requests with.
+func (s *Service) Pin(namespaces ...string) error {
+	set := s.policies.Load()
+	for _, ns := range namespaces {
+		if _, ok := set.limits[ns]; !ok {
+			return fmt.Errorf("unknown namespace %q (known: %s)", ns, knownNames(set))
+		}
+	}
+	old := s.pinned.Load()
+	var all []string
+	if old != nil {
+		all = append(all, *old...)
+	}
+	all = append(all, namespaces...)
+	s.pinned.Store(&all)
+	return nil
+}
+
+// Metrics returns the service's metrics.
+func (s *Service) Metrics() *Metrics { return s.metrics }
+
+// errUnknownNamespace is returned by check for a namespace not in force.
+var errUnknownNamespace = errors.New("unknown namespace")
+
+type op string
+
+const (
+	opAcquire op = "acquire"
+	opPeek    op = "peek"
+	opReset   op = "reset"
+)
+
+// check runs one operation on subject's bucket in namespace ns, bounded by
+// the service's timeout, and records it in the metrics.
+func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int64) (ratelimit.Decision, *ratelimit.Limiter[string], error) {
+	lim := s.policies.Load().limiters[ns]
+	if lim == nil {
+		return ratelimit.Decision{}, nil, errUnknownNamespace
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := time.Now()
+	var d ratelimit.Decision
+	var err error
+	switch o {
+	case opAcquire:
+		d, err = lim.TryAcquireN(ctx, subject, cost)
+	case opPeek:
+		d, err = lim.Peek(ctx, subject)
+	case opReset:
+		err = lim.Reset(ctx, subject)
+	}
+	s.metrics.latency.Observe(time.Since(start).Seconds(), string(o))
+	if err != nil {
+		if !errors.Is(err, ratelimit.ErrInvalidArgument) && !errors.Is(err, context.Canceled) {
+			s.metrics.checkErrors.Inc(string(o))
+			s.errLog.log(s.log, "check failed", "op", string(o), "namespace", ns, "err", err)
+		}
+		return d, lim, err
+	}
+	if o != opReset {
+		outcome := "denied"
+		if d.Allowed {
+			outcome = "allowed"
+		}
+		s.metrics.decisions.Inc(ns, string(o), outcome, d.Source.String())
+	}
+	return d, lim, nil
+}
+
+// Handler returns the service's HTTP API: POST /v1/acquire, /v1/peek and
+// /v1/reset, GET /healthz and GET /metrics. Every other path is 404.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/acquire", s.api(opAcquire))
+	mux.Handle("/v1/peek", s.api(opPeek))
+	mux.Handle("/v1/reset", s.api(opReset))
+	mux.HandleFunc("/healthz", s.healthz)
+	mux.HandleFunc("/metrics", s.serveMetrics)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, "/", http.StatusNotFound, fmt.Sprintf("no such endpoint %s; the API is POST /v1/acquire, /v1/peek, /v1/reset, GET /healthz, /metrics", r.URL.Path))
+	})
+	return mux
+}
+
+// APIRequest is the body of every /v1/ request.
+type APIRequest struct {
+	// Namespace names the policy; empty means config.DefaultNamespace.
+	Namespace string `json:"namespace"`
+	// Subject is whose bucket to use: a user, an API key, an IP address.
+	Subject string `json:"subject"`
+	// Cost is the tokens acquire takes (default 1). Peek and reset ignore
+	// it.
+	Cost *int64 `json:"cost"`
+}
+
+// Decision is the JSON form of a ratelimit.Decision.
+type Decision struct {
+	Allowed   bool   `json:"allowed"`
+	Namespace string `json:"namespace"`
+	Subject   string `json:"subject"`
+	Cost      int64  `json:"cost,omitempty"`
+	// Remaining is the whole tokens left after the check.
+	Remaining int64 `json:"remaining"`
+	// Limit is the capacity of the policy that bound the decision.
+	Limit int64 `json:"limit"`
+	// RetryAfterMs is the wait until the cost is available, rounded up to
+	// milliseconds; 0 when allowed.
+	RetryAfterMs int64 `json:"retry_after_ms"`
+	// ResetAfterMs is the wait until the bucket is full, rounded up.
+	ResetAfterMs int64 `json:"reset_after_ms"`
+	// Source is what decided: "store", "local", "fail-open",
+	// "fail-closed" or "cache".
+	Source string  `json:"source"`
+	Policy *Policy `json:"policy,omitempty"`
+	// Error is set when the decision was not enforced and the request was
+	// denied: the store could not be reached.
+	Error string `json:"error,omitempty"`
+}
+
+// Policy is the JSON form of a ratelimit.Limit.
+type Policy struct {
+	Capacity     int64  `json:"capacity"`
+	RefillTokens int64  `json:"refill_tokens"`
+	RefillPeriod string `json:"refill_period"`
+}
+
+// NewDecision returns the JSON form of d for subject in namespace ns.
+func NewDecision(ns, subject string, cost int64, d ratelimit.Decision) Decision {
+	out := Decision{
+		Allowed:      d.Allowed,
+		Namespace:    ns,
+		Subject:      subject,
+		Cost:         cost,
+		Remaining:    max(d.Remaining, 0),
+		Limit:        d.Limit.Capacity,
+		RetryAfterMs: ceilMillis(d.RetryAfter),
+		ResetAfterMs: ceilMillis(d.ResetAfter),
+		Source:       d.Source.String(),
+	}
+	if d.Limit.Validate() == nil {
+		out.Policy = &Policy{d.Limit.Capacity, d.Limit.RefillTokens, d.Limit.RefillPeriod.String()}
+	}
+	return out
+}
+
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// api returns the handler of one /v1/ operation.
+func (s *Service) api(o op) http.Handler {
+	path := "/v1/" + string(o)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			s.fail(w, path, http.StatusMethodNotAllowed, fmt.Sprintf("%s wants POST, not %s", path, r.Method))
+			return
+		}
+		if !s.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="ratelimit"`)
+			s.fail(w, path, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		req, code, msg := s.decode(w, r)
+		if code != 0 {
+			s.fail(w, path, code, msg)
+			return
+		}
+		ns := req.Namespace
+		if ns == "" {
+			ns = config.DefaultNamespace
+		}
+		set := s.policies.Load()
+		limit, ok := set.limits[ns]
+		if !ok {
+			s.fail(w, path, http.StatusNotFound, fmt.Sprintf("unknown namespace %q (known: %s)", ns, knownNames(set)))
+			return
+		}
+		cost := int64(1)
+		if req.Cost != nil {
+			cost = *req.Cost
+			switch {
+			case cost < 1:
+				s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("cost must be at least 1 (got %d)", cost))
+				return
+			case cost > limit.Capacity && o == opAcquire:
+				s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("cost %d exceeds the capacity %d of namespace %q: it could never be allowed", cost, limit.Capacity, ns))
+				return
+			}
+		}
+		d, lim, err := s.check(r.Context(), o, ns, req.Subject, cost)
+		switch {
+		case errors.Is(err, errUnknownNamespace):
+			// Removed by a reload since the lookup above.
+			s.fail(w, path, http.StatusNotFound, fmt.Sprintf("unknown namespace %q", ns))
+			return
+		case errors.Is(err, ratelimit.ErrInvalidArgument):
+			s.fail(w, path, http.StatusBadRequest, strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": "))
+			return
+		case err != nil && r.Context().Err() != nil:
+			return // the client is gone
+		case err != nil:
+			w.Header().Set("Retry-After", "1")
+			s.fail(w, path, http.StatusServiceUnavailable, "rate limit store unavailable")
+			return
+		}
+		if o == opReset {
+			s.reply(w, path, http.StatusOK, map[string]any{"namespace": ns, "subject": req.Subject, "reset": true})
+			return
+		}
+		if o == opPeek {
+			cost = 0
+		}
+		out := NewDecision(ns, req.Subject, cost, d)
+		code = http.StatusOK
+		switch {
+		case !d.Enforced() && !d.Allowed:
+			code = http.StatusServiceUnavailable
+			out.Error = "rate limit store unavailable; failing closed"
+			w.Header().Set("Retry-After", "1")
+		case !d.Enforced():
+		default:
+			httplimit.SetHeaders(w.Header(), ns, lim.Limits(), d, s.now())
+			if !d.Allowed && o == opAcquire {
+				code = http.StatusTooManyRequests
+				w.Header().Set("Retry-After", fmt.Sprint(max(1, (out.RetryAfterMs+999)/1000)))
+			}
+		}
+		s.reply(w, path, code, out)
+	})
+}
+
+// decode reads an APIRequest, or returns the status and message of why it
+// cannot.
+func (s *Service) decode(w http.ResponseWriter, r *http.Request) (req APIRequest, code int, msg string) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&req)
+	if err == nil {
+		if _, err2 := dec.Token(); !errors.Is(err2, io.EOF) {
+			var mbe *http.MaxBytesError
+			if errors.As(err2, &mbe) {
+				err = err2
+			} else {
+				return req, http.StatusBadRequest, "the body must hold one JSON object and nothing after it"
+			}
+		}
+	}
+	if err != nil {
+		var mbe *http.MaxBytesError
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &mbe):
+			return req, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit)
+		case errors.Is(err, io.EOF):
+			return req, http.StatusBadRequest, `empty body; send JSON such as {"subject": "alice"}`
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return req, http.StatusBadRequest, "malformed JSON: the body ends in the middle of a value"
+		case errors.As(err, &syn):
+			return req, http.StatusBadRequest, fmt.Sprintf("malformed JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
+		case errors.As(err, &typ):
+			if typ.Field == "" {
+				return req, http.StatusBadRequest, fmt.Sprintf("the body must be a JSON object, not %s", typ.Value)
+			}
+			return req, http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
+		default:
+			return req, http.StatusBadRequest, strings.TrimPrefix(err.Error(), "json: ")
+		}
+	}
+	switch {
+	case req.Subject == "":
+		return req, http.StatusBadRequest, `subject is required, e.g. {"subject": "alice"}`
+	case len(req.Subject) > MaxSubjectBytes:
+		return req, http.StatusBadRequest, fmt.Sprintf("subject is longer than %d bytes", MaxSubjectBytes)
+	}
+	return req, 0, ""
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "int64":
+		return "a whole number"
+	case "string":
+		return "a string"
+	}
+	return k
+}
+
+func (s *Service) authorized(r *http.Request) bool {
+	if len(s.token) == 0 {
+		return true
+	}
+	h := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len(prefix):])), s.token) == 1
+}
+
+func (s *Service) healthz(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		s.fail(w, "/healthz", http.StatusMethodNotAllowed, "/healthz wants GET")
+		return
+	}
+	state := "primary"
+	if s.degraded() {
+		state = "outage: " + s.outage.String()
+	}
+	s.reply(w, "/healthz", http.StatusOK, map[string]any{
+		"status":     "ok",
+		"store":      s.name,
+		"serving":    state,
+		"namespaces": s.policies.Load().limits.Names(),
+	})
+}
+
+func (s *Service) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		s.fail(w, "/metrics", http.StatusMethodNotAllowed, "/metrics wants GET")
+		return
+	}
+	s.metrics.requests.Inc("/metrics", "200")
+	w.Header().Set("Content-Type", metricsContentType)
+	s.metrics.WriteTo(w) //nolint:errcheck // the scraper may be gone
+}
+
+func (s *Service) fail(w http.ResponseWriter, path string, code int, msg string) {
+	s.reply(w, path, code, map[string]string{"error": msg})
+}
+
+func (s *Service) reply(w http.ResponseWriter, path string, code int, v any) {
+	s.metrics.requests.Inc(path, fmt.Sprint(code))
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client may be gone
+}
+
+func knownNames(set *policySet) string {
+	names := set.limits.Names()
+	if len(names) > 10 {
+		names = append(slices.Clip(names[:10]), "...")
+	}
+	return strings.Join(names, ", ")
+}
+
+// rateLimitedLog logs at most one line a second, counting the lines it
+// dropped, so that an outage does not flood the log.
+type rateLimitedLog struct {
+	last    atomic.Int64
+	dropped atomic.Int64
+}
+
+func (l *rateLimitedLog) log(lg *slog.Logger, msg string, args ...any) {
+	now := time.Now().UnixNano()
+	last := l.last.Load()
+	if now-last < int64(time.Second) || !l.last.CompareAndSwap(last, now) {
+		l.dropped.Add(1)
+		return
+	}
+	if n := l.dropped.Swap(0); n > 0 {
+		args = append(args, "similar_lines_dropped", n)
+	}
+	lg.Warn(msg, args...)
+}

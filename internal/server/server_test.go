@@ -1,0 +1,408 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/httplimit"
+	"github.com/exactlimit/ratelimit/internal/config"
+	"github.com/exactlimit/ratelimit/memstore"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+// logBuffer is a goroutine-safe log sink.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+func newService(t *testing.T, o Options) (*Service, *clock, *logBuffer) {
+	t.Helper()
+	c := &clock{now: t0}
+	logs := &logBuffer{}
+	if o.Store == nil {
+		o.Store = memstore.New(memstore.WithClock(c.Now))
+	}
+	o.Clock = c.Now
+	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c, logs
+}
+
+type response struct {
+	code   int
+	header http.Header
+	body   string
+	json   map[string]any
+}
+
+func call(t *testing.T, h http.Handler, method, path, body string, hdr ...string) response {
+	t.Helper()
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	res := response{code: w.Code, header: w.Header(), body: w.Body.String()}
+	if strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") {
+		if err := json.Unmarshal(w.Body.Bytes(), &res.json); err != nil {
+			t.Fatalf("%s %s: body %q is not a JSON object: %v", method, path, w.Body.String(), err)
+		}
+	}
+	return res
+}
+
+func TestAcquireUntilDenied(t *testing.T) {
+	s, c, _ := newService(t, Options{})
+	h := s.Handler()
+	for i := range 10 {
+		res := call(t, h, "POST", "/v1/acquire", `{"subject":"alice"}`)
+		if res.code != 200 || res.json["allowed"] != true || res.json["remaining"] != float64(9-i) {
+			t.Fatalf("call %d: %d %s", i, res.code, res.body)
+		}
+	}
+	res := call(t, h, "POST", "/v1/acquire", `{"subject":"alice"}`)
+	want := `{"allowed":false,"namespace":"default","subject":"alice","cost":1,"remaining":0,"limit":10,"retry_after_ms":100,"reset_after_ms":1000,"source":"store","policy":{"capacity":10,"refill_tokens":10,"refill_period":"1s"}}` + "\n"
+	if res.code != 429 || res.body != want {
+		t.Fatalf("11th call: %d %s\nwant 429 %s", res.code, res.body, want)
+	}
+	for k, v := range map[string]string{
+		"Retry-After": "1", "RateLimit-Policy": `"default";q=10;w=1`, "RateLimit": `"default";r=0;t=1`,
+		"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": fmt.Sprint(t0.Unix() + 1),
+	} {
+		if got := res.header.Get(k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+	if res := call(t, h, "POST", "/v1/acquire", `{"subject":"bob"}`); res.code != 200 {
+		t.Errorf("another subject: %d", res.code)
+	}
+	c.Advance(100 * time.Millisecond)
+	if res := call(t, h, "POST", "/v1/acquire", `{"subject":"alice","cost":1}`); res.code != 200 || res.header.Get("Retry-After") != "" {
+		t.Errorf("after the refill of one token: %d %v", res.code, res.header)
+	}
+	if got := s.Metrics().Decisions("default", "acquire", "allowed", "store"); got != 12 {
+		t.Errorf("allowed decisions = %d, want 12", got)
+	}
+	if got := s.Metrics().Decisions("default", "acquire", "denied", "store"); got != 1 {
+		t.Errorf("denied decisions = %d, want 1", got)
+	}
+}
+
+func TestPeekAndReset(t *testing.T) {
+	s, _, _ := newService(t, Options{Policies: config.Policies{"default": ratelimit.PerMinute(2)}})
+	h := s.Handler()
+	call(t, h, "POST", "/v1/acquire", `{"subject":"a","cost":2}`)
+	res := call(t, h, "POST", "/v1/peek", `{"subject":"a"}`)
+	if res.code != 200 || res.json["allowed"] != false || res.json["retry_after_ms"] != float64(30000) || res.json["cost"] != nil {
+		t.Fatalf("peek of an empty bucket: %d %s", res.code, res.body)
+	}
+	if res.header.Get("RateLimit") != `"default";r=0;t=60` || res.header.Get("Retry-After") != "" {
+		t.Errorf("peek headers: %v", res.header)
+	}
+	res = call(t, h, "POST", "/v1/reset", `{"subject":"a"}`)
+	if res.code != 200 || res.body != `{"namespace":"default","reset":true,"subject":"a"}`+"\n" {
+		t.Fatalf("reset: %d %s", res.code, res.body)
+	}
+	if res := call(t, h, "POST", "/v1/peek", `{"subject":"a"}`); res.json["remaining"] != float64(2) {
+		t.Fatalf("peek after reset: %s", res.body)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	s, _, _ := newService(t, Options{Policies: config.Policies{"default": ratelimit.PerSecond(10), "login": ratelimit.PerMinute(5)}})
+	h := s.Handler()
+	huge := `{"subject":"` + strings.Repeat("x", MaxBodyBytes) + `"}`
+	tests := []struct {
+		name, method, path, body string
+		code                     int
+		msg                      string
+	}{
+		{"malformed JSON", "POST", "/v1/acquire", `{"subject":`, 400, "malformed JSON: the body ends in the middle of a value"},
+		{"a syntax error", "POST", "/v1/acquire", `{"subject" "a"}`, 400, "malformed JSON at byte 12"},
+		{"an empty body", "POST", "/v1/acquire", ``, 400, "empty body"},
+		{"a JSON array", "POST", "/v1/acquire", `[1]`, 400, "the body must be a JSON object, not array"},
+		{"two JSON values", "POST", "/v1/acquire", `{"subject":"a"} {}`, 400, "one JSON object and nothing after it"},
+		{"a huge body is capped", "POST", "/v1/acquire", huge, 413, "request body larger than 65536 bytes"},
+		{"a missing subject", "POST", "/v1/acquire", `{"namespace":"login"}`, 400, "subject is required"},
+		{"an empty subject", "POST", "/v1/peek", `{"subject":""}`, 400, "subject is required"},
+		{"a long subject", "POST", "/v1/acquire", `{"subject":"` + strings.Repeat("y", 1025) + `"}`, 400, "subject is longer than 1024 bytes"},
+		{"cost 0", "POST", "/v1/acquire", `{"subject":"a","cost":0}`, 400, "cost must be at least 1 (got 0)"},
+		{"a negative cost", "POST", "/v1/acquire", `{"subject":"a","cost":-3}`, 400, "cost must be at least 1 (got -3)"},
+		{"a cost above capacity", "POST", "/v1/acquire", `{"subject":"a","cost":6,"namespace":"login"}`, 400, `cost 6 exceeds the capacity 5 of namespace "login"`},
+		{"a fractional cost", "POST", "/v1/acquire", `{"subject":"a","cost":1.5}`, 400, `field "cost" must be a whole number, not number 1.5`},
+		{"a string cost", "POST", "/v1/acquire", `{"subject":"a","cost":"2"}`, 400, `field "cost" must be a whole number, not string`},
+		{"a huge cost", "POST", "/v1/acquire", `{"subject":"a","cost":1e300}`, 400, `field "cost" must be a whole number`},
+		{"an unknown field", "POST", "/v1/acquire", `{"subject":"a","weight":2}`, 400, `unknown field "weight"`},
+		{"an unknown namespace", "POST", "/v1/acquire", `{"subject":"a","namespace":"nope"}`, 404, `unknown namespace "nope" (known: default, login)`},
+		{"GET on the API", "GET", "/v1/acquire", ``, 405, "/v1/acquire wants POST, not GET"},
+		{"an unknown path", "POST", "/v2/acquire", `{}`, 404, "no such endpoint /v2/acquire"},
+		{"POST on /metrics", "POST", "/metrics", ``, 405, "/metrics wants GET"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+" is a clear 4xx", func(t *testing.T) {
+			res := call(t, h, tt.method, tt.path, tt.body)
+			if res.code != tt.code {
+				t.Fatalf("status %d, want %d (body %s)", res.code, tt.code, res.body)
+			}
+			msg, _ := res.json["error"].(string)
+			if !strings.Contains(msg, tt.msg) {
+				t.Errorf("error %q, want one containing %q", msg, tt.msg)
+			}
+		})
+	}
+	if got := s.Metrics().decisions.Value("default", "acquire", "allowed", "store"); got != 0 {
+		t.Errorf("bad requests made %d decisions", got)
+	}
+}
+
+func TestBearerToken(t *testing.T) {
+	s, _, _ := newService(t, Options{Token: "s3cret"})
+	h := s.Handler()
+	for _, auth := range []string{"", "Bearer wrong", "Basic s3cret", "Bearer s3cret2", "s3cret"} {
+		res := call(t, h, "POST", "/v1/acquire", `{"subject":"a"}`, "Authorization", auth)
+		if res.code != 401 || res.header.Get("WWW-Authenticate") == "" {
+			t.Errorf("Authorization %q: %d, want 401 with WWW-Authenticate", auth, res.code)
+		}
+	}
+	for _, auth := range []string{"Bearer s3cret", "bearer s3cret"} {
+		if res := call(t, h, "POST", "/v1/acquire", `{"subject":"a"}`, "Authorization", auth); res.code != 200 {
+			t.Errorf("Authorization %q: %d, want 200", auth, res.code)
+		}
+	}
+	if res := call(t, h, "GET", "/healthz", ""); res.code != 200 {
+		t.Errorf("/healthz needs no token: %d", res.code)
+	}
+}
+
+func TestReload(t *testing.T) {
+	s, _, logs := newService(t, Options{})
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rl.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("namespaces:\n  - name: login\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
+	if err := s.Reload(path); err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	call(t, h, "POST", "/v1/acquire", `{"subject":"a","namespace":"login"}`)
+	if res := call(t, h, "POST", "/v1/acquire", `{"subject":"a","namespace":"login"}`); res.code != 429 {
+		t.Fatalf("login after reload: %d %s", res.code, res.body)
+	}
+
+	write("namespaces:\n  - name: login\n    rate_limit: {unit: minute, requests_per_unit: 0}\n")
+	err := s.Reload(path)
+	if err == nil || !strings.Contains(err.Error(), "requests_per_unit must be at least 1") {
+		t.Fatalf("bad reload: %v", err)
+	}
+	if got := s.Policies()["login"]; got != ratelimit.PerMinute(1) {
+		t.Errorf("after a bad reload login = %v, want the old 1/1/1m0s", got)
+	}
+	if !strings.Contains(logs.String(), "config reload refused; keeping the previous policies") ||
+		!strings.Contains(logs.String(), "login=1/1/1m0s") {
+		t.Errorf("log does not say the old policies stay:\n%s", logs.String())
+	}
+	if res := call(t, h, "POST", "/v1/acquire", `{"subject":"a","namespace":"login"}`); res.code != 429 {
+		t.Errorf("the bucket did not survive a refused reload: %d", res.code)
+	}
+
+	// A policy change carries the bucket over: the subject keeps the lesser
+	// of its tokens and the new capacity.
+	write("namespaces:\n  - name: login\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	if err := s.Reload(path); err != nil {
+		t.Fatal(err)
+	}
+	if res := call(t, h, "POST", "/v1/acquire", `{"subject":"a","namespace":"login"}`); res.code != 429 {
+		t.Errorf("a reload handed out a fresh bucket: %d %s", res.code, res.body)
+	}
+	if s.metrics.reloads.Value("ok") != 2 || s.metrics.reloads.Value("error") != 1 {
+		t.Errorf("reload counts ok=%d error=%d", s.metrics.reloads.Value("ok"), s.metrics.reloads.Value("error"))
+	}
+	os.Remove(path)
+	if err := s.Reload(path); err == nil {
+		t.Errorf("reload of a missing file succeeded")
+	}
+}
+
+// downStore fails every call as an unreachable Redis would, or returns a
+// fixed unenforced decision.
+type downStore struct {
+	d   ratelimit.Decision
+	err error
+}
+
+func (s downStore) Apply(context.Context, string, ratelimit.Request) (ratelimit.Decision, error) {
+	return s.d, s.err
+}
+func (s downStore) Reset(context.Context, string) error { return s.err }
+
+func TestOutageResponses(t *testing.T) {
+	refused := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	t.Run("a store error is 503 and counted", func(t *testing.T) {
+		m := NewMetrics()
+		s, _, logs := newService(t, Options{Store: m.Instrument(downStore{err: refused}), Metrics: m})
+		h := s.Handler()
+		for _, op := range []string{"acquire", "peek", "reset"} {
+			res := call(t, h, "POST", "/v1/"+op, `{"subject":"a"}`)
+			if res.code != 503 || res.json["error"] != "rate limit store unavailable" || res.header.Get("Retry-After") != "1" {
+				t.Errorf("%s: %d %s", op, res.code, res.body)
+			}
+		}
+		if m.StoreErrors("apply") != 2 || m.StoreErrors("reset") != 1 || m.checkErrors.Value("acquire") != 1 {
+			t.Errorf("store errors apply=%d reset=%d", m.StoreErrors("apply"), m.StoreErrors("reset"))
+		}
+		if !strings.Contains(logs.String(), "connection refused") {
+			t.Errorf("the error was not logged:\n%s", logs.String())
+		}
+	})
+	t.Run("a fail-closed decision is 503 with the decision", func(t *testing.T) {
+		s, _, _ := newService(t, Options{Store: downStore{d: ratelimit.Decision{Source: ratelimit.SourceFailClosed}},
+			Outage: ratelimit.FailClosed, Degraded: func() bool { return true }})
+		res := call(t, s.Handler(), "POST", "/v1/acquire", `{"subject":"a"}`)
+		if res.code != 503 || res.json["source"] != "fail-closed" || res.json["allowed"] != false || res.header.Get("RateLimit") != "" {
+			t.Errorf("%d %s %v", res.code, res.body, res.header)
+		}
+		res = call(t, s.Handler(), "GET", "/healthz", "")
+		if res.code != 200 || res.json["serving"] != "outage: fail-closed" {
+			t.Errorf("healthz: %s", res.body)
+		}
+		if body := call(t, s.Handler(), "GET", "/metrics", "").body; !strings.Contains(body, "ratelimit_fallback_active 1\n") ||
+			!strings.Contains(body, `ratelimit_outage_behaviour{behaviour="fail-closed"} 1`) {
+			t.Errorf("metrics:\n%s", body)
+		}
+	})
+	t.Run("a fail-open decision is 200 without rate-limit headers", func(t *testing.T) {
+		s, _, _ := newService(t, Options{Store: downStore{d: ratelimit.Decision{Allowed: true, Source: ratelimit.SourceFailOpen}}})
+		res := call(t, s.Handler(), "POST", "/v1/acquire", `{"subject":"a"}`)
+		if res.code != 200 || res.json["source"] != "fail-open" || res.header.Get("RateLimit") != "" {
+			t.Errorf("%d %s", res.code, res.body)
+		}
+		if got := s.Metrics().Decisions("default", "acquire", "allowed", "fail-open"); got != 1 {
+			t.Errorf("fail-open decisions = %d", got)
+		}
+	})
+}
+
+func TestMetricsExposition(t *testing.T) {
+	s, _, _ := newService(t, Options{})
+	h := s.Handler()
+	for range 11 {
+		call(t, h, "POST", "/v1/acquire", `{"subject":"m"}`)
+	}
+	res := call(t, h, "GET", "/metrics", "")
+	if res.code != 200 || res.header.Get("Content-Type") != "text/plain; version=0.0.4; charset=utf-8" {
+		t.Fatalf("%d %v", res.code, res.header)
+	}
+	for _, want := range []string{
+		`ratelimit_decisions_total{namespace="default",op="acquire",decision="allowed",source="store"} 10`,
+		`ratelimit_decisions_total{namespace="default",op="acquire",decision="denied",source="store"} 1`,
+		`ratelimit_check_duration_seconds_count{op="acquire"} 11`,
+		`ratelimit_check_duration_seconds_bucket{op="acquire",le="+Inf"} 11`,
+		`# TYPE ratelimit_store_errors_total counter`,
+		"ratelimit_fallback_active 0",
+		"ratelimit_namespaces 1",
+		`ratelimit_http_requests_total{path="/v1/acquire",code="429"} 1`,
+	} {
+		if !strings.Contains(res.body, want+"\n") && !strings.Contains(res.body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, res.body)
+		}
+	}
+}
+
+func TestProxy(t *testing.T) {
+	var mu sync.Mutex
+	var seenXFF []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seenXFF = append(seenXFF, r.Header.Get("X-Forwarded-For"))
+		mu.Unlock()
+		fmt.Fprintf(w, "upstream %s", r.URL.Path)
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	s, _, _ := newService(t, Options{Policies: config.Policies{"default": ratelimit.PerSecond(10), "web": ratelimit.PerMinute(2)}})
+	p, err := s.Proxy(ProxyOptions{Upstream: u, Namespace: "web", Middleware: []httplimit.Option{httplimit.WithJSON()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{200, 200, 429} {
+		res := call(t, p, "GET", "/hello", "", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i))
+		if res.code != want {
+			t.Fatalf("request %d: %d %s", i, res.code, res.body)
+		}
+		if want == 200 && (res.body != "upstream /hello" || res.header.Get("RateLimit-Policy") != `"web";q=2;w=60`) {
+			t.Errorf("request %d: %q %v", i, res.body, res.header)
+		}
+		if want == 429 && (res.json["retry_after"] != float64(30) || res.header.Get("Retry-After") != "30") {
+			t.Errorf("denial: %s %v", res.body, res.header)
+		}
+	}
+	mu.Lock()
+	if len(seenXFF) != 2 || seenXFF[0] != "198.51.100.0, 192.0.2.1" {
+		t.Errorf("upstream saw X-Forwarded-For %q", seenXFF)
+	}
+	mu.Unlock()
+	if got := s.Metrics().Decisions("web", "acquire", "denied", "store"); got != 1 {
+		t.Errorf("proxy denials counted %d, want 1", got)
+	}
+	if err := s.SetPolicies(config.Policies{"default": ratelimit.PerSecond(1)}); err == nil || !strings.Contains(err.Error(), `"web" limits the proxied requests`) {
+		t.Errorf("removing the proxy's namespace: %v", err)
+	}
+	if _, err := s.Proxy(ProxyOptions{Upstream: u, Namespace: "nope"}); err == nil || !strings.Contains(err.Error(), `unknown namespace "nope"`) {
+		t.Errorf("proxy of an unknown namespace: %v", err)
+	}
+	for _, bad := range []string{"127.0.0.1:80", "ftp://x/", "/path"} {
+		u, _ := url.Parse(bad)
+		if _, err := s.Proxy(ProxyOptions{Upstream: u}); err == nil {
+			t.Errorf("upstream %q accepted", bad)
+		}
+	}
+	up.Close()
+	res := call(t, p, "GET", "/x", "", "X-Forwarded-For", "203.0.113.9")
+	if res.code != 429 {
+		// 192.0.2.1 (httptest's peer) is still the key: spent.
+		t.Errorf("after the upstream closed: %d", res.code)
+	}
+	p2, _ := s.Proxy(ProxyOptions{Upstream: u})
+	if res := call(t, p2, "GET", "/x", ""); res.code != 502 || !strings.Contains(res.body, "upstream unreachable") {
+		t.Errorf("unreachable upstream: %d %q", res.code, res.body)
+	}
+}
