@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strconv"
 	"time"
@@ -22,6 +23,8 @@ type Limiter[K any] struct {
 	prefix string
 	encode func(K) string
 	clock  func() time.Time
+	cache  *denyCache // nil without WithDenyCache
+	obs    Observer   // nil without WithObserver
 }
 
 // Option configures a Limiter.
@@ -31,6 +34,9 @@ type options struct {
 	namespace string
 	clock     func() time.Time
 	codec     any
+	denyCache int
+	observer  Observer
+	errs      []error
 }
 
 // WithNamespace sets the namespace that prefixes every key (default
@@ -50,6 +56,58 @@ func WithClock(clock func() time.Time) Option { return func(o *options) { o.cloc
 // subject type must have one, and K must be the Limiter's subject type.
 func WithKeyCodec[K any](encode func(K) string) Option {
 	return func(o *options) { o.codec = encode }
+}
+
+// WithDenyCache keeps, in this process, the latest denial of up to size
+// subjects (the least recently used go first: an LRU, sharded above 128
+// entries), and denies their further
+// checks locally, without asking the store, for as long as that denial proves
+// the store would deny them too. Decisions it makes have Source SourceCache;
+// Limiter.DenyCacheStats reports its size and hit rate. It is off by default.
+//
+// It is for subjects that keep trying while denied: their checks stop
+// reaching Redis until the wait the store gave has passed, and cost no round
+// trip. A denial of cost c with RetryAfter r denies, until r has passed,
+// every cost of at least c, and a smaller cost c' only for as long as the
+// binding limit takes to refill c - c' tokens less (so a cost the bucket held
+// is never denied). RetryAfter counts down from the store's; Remaining is the
+// balance the store reported with its denial. Peek always asks the store (its
+// denials teach the cache too), and Reset drops the subject's entry.
+//
+// The cache never denies longer than the store's wait. With WithClock the
+// cache and the store read the same clock, and the cache denies only what the
+// store would deny at that moment. Without it, the store keeps its own clock (the Redis
+// server's TIME) and the cache times each denial from time.Now read before
+// the store is called, so it errs early by up to a round trip, never late,
+// unless the server's clock jumps forward or runs faster than this host's
+// during the wait, by that much. What the cache cannot see: a Reset by
+// another process, a check under another policy (as in a rolling deploy) or
+// a Redis that lost its data can make the shared bucket admit sooner; a
+// subject then stays denied here for at most the rest of its last wait. A
+// later admission by the store (of a smaller cost, or a peek) that
+// contradicts the entry drops it. Only the store's own decisions are cached,
+// not those of an outage behaviour. size must be at least 1.
+func WithDenyCache(size int) Option {
+	return func(o *options) {
+		if size < 1 {
+			o.errs = append(o.errs, invalid("deny cache size must be at least 1 (got %d)", size))
+			return
+		}
+		o.denyCache = size
+	}
+}
+
+// WithObserver makes the limiter tell o about every decision and every
+// error, synchronously, on the checking goroutine (see Observer). Use
+// Observers to attach several. o must not be nil.
+func WithObserver(o Observer) Option {
+	return func(opts *options) {
+		if o == nil {
+			opts.errs = append(opts.errs, invalid("observer must not be nil"))
+			return
+		}
+		opts.observer = o
+	}
 }
 
 // New returns a Limiter that enforces limit on subjects of type K through
@@ -75,6 +133,9 @@ func NewMulti[K any](store Store, limits []Limit, opts ...Option) (*Limiter[K], 
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if len(o.errs) > 0 {
+		return nil, errors.Join(o.errs...)
+	}
 	if o.namespace == "" {
 		return nil, invalid("namespace must not be empty")
 	}
@@ -84,6 +145,10 @@ func NewMulti[K any](store Store, limits []Limit, opts ...Option) (*Limiter[K], 
 		ns:     o.namespace,
 		prefix: strconv.Itoa(len(o.namespace)) + ":" + o.namespace + ":",
 		clock:  o.clock,
+		obs:    o.observer,
+	}
+	if o.denyCache > 0 {
+		l.cache = newDenyCache(o.denyCache)
 	}
 	switch c := o.codec.(type) {
 	case nil:
@@ -116,29 +181,123 @@ func (l *Limiter[K]) TryAcquire(ctx context.Context, subject K) (Decision, error
 func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (Decision, error) {
 	key, r, err := l.Request(subject, cost)
 	if err != nil {
+		l.failed("", OpAcquire, cost, err, time.Time{})
 		return Decision{}, err
 	}
-	return l.store.Apply(ctx, key, r)
+	return l.apply(ctx, key, r)
 }
 
 // Peek reports subject's standing without consuming: Allowed while at least
 // one token is there, else Denied with the wait until one is. The bucket is
 // refilled by the time elapsed, but nothing is taken.
+//
+// Peek never consults the denial cache (WithDenyCache): it always asks the
+// store, and the cache learns from its answer.
 func (l *Limiter[K]) Peek(ctx context.Context, subject K) (Decision, error) {
 	key, r, err := l.request(subject, 1, true)
 	if err != nil {
+		l.failed("", OpPeek, 1, err, time.Time{})
 		return Decision{}, err
 	}
-	return l.store.Apply(ctx, key, r)
+	return l.apply(ctx, key, r)
 }
 
-// Reset deletes subject's bucket, so that its next check starts full.
+// Reset deletes subject's bucket, so that its next check starts full, and
+// drops the subject's entry from the denial cache, even when the store
+// failed.
 func (l *Limiter[K]) Reset(ctx context.Context, subject K) error {
 	enc := l.encode(subject)
 	if enc == "" {
-		return invalid("subject must not be empty")
+		err := invalid("subject must not be empty")
+		l.failed("", OpReset, 0, err, time.Time{})
+		return err
 	}
-	return l.store.Reset(ctx, l.prefix+enc)
+	key := l.prefix + enc
+	if l.cache == nil && l.obs == nil {
+		return l.store.Reset(ctx, key)
+	}
+	start := time.Now()
+	err := l.store.Reset(ctx, key)
+	if l.cache != nil {
+		l.cache.forget(key)
+	}
+	if err != nil {
+		l.failed(key, OpReset, 0, err, start)
+	}
+	return err
+}
+
+// apply decides r for key: from the denial cache when it can, else through
+// the store, telling the observer either way.
+func (l *Limiter[K]) apply(ctx context.Context, key string, r Request) (Decision, error) {
+	if l.cache == nil && l.obs == nil {
+		return l.store.Apply(ctx, key, r)
+	}
+	start := time.Now()
+	at := r.Now
+	if at.IsZero() {
+		at = start
+	}
+	cost := r.Cost
+	if r.Peek {
+		cost = 1
+	}
+	op := OpAcquire
+	if r.Peek {
+		op = OpPeek
+	}
+	var present bool
+	var resets uint64
+	if l.cache != nil {
+		if !r.Peek {
+			var d Decision
+			var hit bool
+			if d, hit, present = l.cache.lookup(key, cost, at); hit {
+				l.decided(key, cost, r.Peek, d, start)
+				return d, nil
+			}
+		}
+		resets = l.cache.resets.Load()
+	}
+	d, err := l.store.Apply(ctx, key, r)
+	if err != nil {
+		l.failed(key, op, cost, err, start)
+		return d, err
+	}
+	if l.cache != nil && (!d.Allowed || present || r.Peek) {
+		l.cache.record(key, cost, r.Peek, d, at, resets)
+	}
+	l.decided(key, cost, r.Peek, d, start)
+	return d, nil
+}
+
+// decided tells the observer about a decision.
+func (l *Limiter[K]) decided(key string, cost int64, peek bool, d Decision, start time.Time) {
+	if l.obs != nil {
+		l.obs.ObserveDecision(DecisionEvent{Namespace: l.ns, Key: key, Cost: cost, Peek: peek, Decision: d, Latency: time.Since(start)})
+	}
+}
+
+// failed tells the observer about an error. A zero start (an argument
+// refused before any work) reports no latency.
+func (l *Limiter[K]) failed(key string, op Op, cost int64, err error, start time.Time) {
+	if l.obs == nil {
+		return
+	}
+	var latency time.Duration
+	if !start.IsZero() {
+		latency = time.Since(start)
+	}
+	l.obs.ObserveError(ErrorEvent{Namespace: l.ns, Key: key, Op: op, Cost: cost, Err: err, Latency: latency})
+}
+
+// DenyCacheStats returns a snapshot of the denial cache's size and counts;
+// the zero CacheStats when the limiter has no cache (see WithDenyCache).
+func (l *Limiter[K]) DenyCacheStats() CacheStats {
+	if l.cache == nil {
+		return CacheStats{}
+	}
+	return l.cache.stats()
 }
 
 // Key returns the store key that holds subject's bucket:
@@ -155,6 +314,16 @@ func (l *Limiter[K]) Request(subject K, cost int64) (key string, r Request, err 
 }
 
 func (l *Limiter[K]) request(subject K, cost int64, peek bool) (string, Request, error) {
+	var now time.Time
+	if l.clock != nil {
+		now = l.clock()
+	}
+	return l.requestAt(subject, cost, peek, now)
+}
+
+// requestAt is request with the time of the check already read (the zero
+// Time without WithClock).
+func (l *Limiter[K]) requestAt(subject K, cost int64, peek bool, now time.Time) (string, Request, error) {
 	r := Request{Limits: l.limits, Cost: cost, Peek: peek}
 	if !peek {
 		if err := validateCost(l.limits, cost); err != nil {
@@ -166,7 +335,7 @@ func (l *Limiter[K]) request(subject K, cost int64, peek bool) (string, Request,
 		return "", Request{}, invalid("subject must not be empty")
 	}
 	if l.clock != nil {
-		r.Now = l.clock()
+		r.Now = now
 		if _, err := Micros(r.Now); err != nil {
 			return "", Request{}, err
 		}
