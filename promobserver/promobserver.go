@@ -1,0 +1,271 @@
+// Package promobserver exports what a ratelimit.Limiter does as Prometheus
+// metrics: it is a ratelimit.Observer (attach it with ratelimit.WithObserver)
+// and a prometheus.Collector (register it with a prometheus.Registerer).
+//
+//	obs := promobserver.New()
+//	prometheus.MustRegister(obs)
+//	limiter, err := ratelimit.New[string](store, ratelimit.PerSecond(100),
+//		ratelimit.WithNamespace("api"), ratelimit.WithObserver(obs))
+//
+// One Observer may serve every Limiter of a process: series are labelled by
+// the limiter's namespace, never by subject. The series, all named
+// ratelimit_*:
+//
+//	ratelimit_decisions_total{namespace, op, result, source}
+//	    checks decided; op is "acquire" or "peek", result "allowed" or
+//	    "denied", source "store", "local", "fail-open", "fail-closed" or
+//	    "cache" (ratelimit.Source)
+//	ratelimit_tokens_total{namespace, result}
+//	    tokens asked for by the acquires decided (peeks take none)
+//	ratelimit_decision_duration_seconds{namespace, source}
+//	    time from the call to the decision (histogram)
+//	ratelimit_errors_total{namespace, op, reason}
+//	    checks and resets that returned an error; reason is
+//	    "invalid_argument", "corrupt_state", "canceled", "deadline" or "store"
+//	ratelimit_primary_up{partition}
+//	    1 while a fallback store sends checks to its primary, 0 while it is
+//	    marked down (partition "" is the whole primary)
+//	ratelimit_primary_transitions_total{partition, state}
+//	    changes of that state; state is "up" or "down"
+//
+// The last two are fed by a fallback store given the Observer as its
+// ratelimit.FallbackObserver. NewDenyCacheCollector exports a limiter's
+// denial cache (size, capacity, hits, misses, evictions).
+//
+// An Observer is safe for simultaneous use by multiple goroutines. Recording
+// a decision costs a map lookup and two atomic additions, and allocates
+// nothing once its namespace has been seen.
+package promobserver
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultBuckets are the upper bounds, in seconds, of the decision duration
+// histogram: from 25 µs (a denial cache hit, memstore) through a Redis round
+// trip to 1 s.
+var DefaultBuckets = []float64{.000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+
+// Observer records a Limiter's events as Prometheus metrics. Create it with
+// New; the zero Observer is not usable.
+type Observer struct {
+	decisions   *prometheus.CounterVec
+	tokens      *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	errors      *prometheus.CounterVec
+	up          *prometheus.GaugeVec
+	transitions *prometheus.CounterVec
+
+	namespaces sync.Map // namespace -> *series
+}
+
+// sources are the ratelimit.Source values whose series are resolved once
+// per namespace; another value is looked up on each event.
+const sources = int(ratelimit.SourceCache) + 1
+
+// series holds the children of one namespace, resolved once.
+type series struct {
+	decisions [2][2][sources]prometheus.Counter // [peek][allowed][source]
+	tokens    [2]prometheus.Counter             // [allowed]
+	duration  [sources]prometheus.Observer
+}
+
+// Option configures an Observer.
+type Option func(*config)
+
+type config struct{ buckets []float64 }
+
+// WithBuckets sets the upper bounds, in seconds, of the decision duration
+// histogram (default DefaultBuckets).
+func WithBuckets(buckets []float64) Option {
+	return func(c *config) { c.buckets = append([]float64(nil), buckets...) }
+}
+
+// New returns an Observer with no series yet; register it to export them.
+func New(opts ...Option) *Observer {
+	c := config{buckets: DefaultBuckets}
+	for _, opt := range opts {
+		opt(&c)
+	}
+	return &Observer{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_decisions_total",
+			Help: "Rate limit checks decided, by namespace, operation, result and what decided them.",
+		}, []string{"namespace", "op", "result", "source"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_tokens_total",
+			Help: "Tokens asked for by the acquires decided, by namespace and result.",
+		}, []string{"namespace", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ratelimit_decision_duration_seconds",
+			Help:    "Time from a check's call to its decision, by namespace and what decided it.",
+			Buckets: c.buckets,
+		}, []string{"namespace", "source"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_errors_total",
+			Help: "Rate limit checks and resets that returned an error, by namespace, operation and reason.",
+		}, []string{"namespace", "op", "reason"}),
+		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ratelimit_primary_up",
+			Help: "1 while a fallback store sends checks to its primary store, 0 while the primary is marked down.",
+		}, []string{"partition"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_primary_transitions_total",
+			Help: "Changes of a fallback store's primary between up and down, by partition and new state.",
+		}, []string{"partition", "state"}),
+	}
+}
+
+// Describe sends the descriptors of every series the Observer exports.
+func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
+	o.decisions.Describe(ch)
+	o.tokens.Describe(ch)
+	o.duration.Describe(ch)
+	o.errors.Describe(ch)
+	o.up.Describe(ch)
+	o.transitions.Describe(ch)
+}
+
+// Collect sends the current value of every series.
+func (o *Observer) Collect(ch chan<- prometheus.Metric) {
+	o.decisions.Collect(ch)
+	o.tokens.Collect(ch)
+	o.duration.Collect(ch)
+	o.errors.Collect(ch)
+	o.up.Collect(ch)
+	o.transitions.Collect(ch)
+}
+
+var (
+	opNames     = [2]string{"acquire", "peek"}
+	resultNames = [2]string{"denied", "allowed"}
+)
+
+func index(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (o *Observer) series(ns string) *series {
+	if s, ok := o.namespaces.Load(ns); ok {
+		return s.(*series)
+	}
+	s := &series{}
+	for peek := range 2 {
+		for allowed := range 2 {
+			for src := range sources {
+				s.decisions[peek][allowed][src] = o.decisions.WithLabelValues(ns, opNames[peek], resultNames[allowed], ratelimit.Source(src).String())
+			}
+		}
+	}
+	for allowed := range 2 {
+		s.tokens[allowed] = o.tokens.WithLabelValues(ns, resultNames[allowed])
+	}
+	for src := range sources {
+		s.duration[src] = o.duration.WithLabelValues(ns, ratelimit.Source(src).String())
+	}
+	actual, _ := o.namespaces.LoadOrStore(ns, s)
+	return actual.(*series)
+}
+
+// ObserveDecision counts a decision, its tokens and its duration.
+func (o *Observer) ObserveDecision(e ratelimit.DecisionEvent) {
+	s := o.series(e.Namespace)
+	d := e.Decision
+	allowed := index(d.Allowed)
+	if src := int(d.Source); src < sources {
+		s.decisions[index(e.Peek)][allowed][src].Inc()
+		s.duration[src].Observe(e.Latency.Seconds())
+	} else {
+		o.decisions.WithLabelValues(e.Namespace, opNames[index(e.Peek)], resultNames[allowed], d.Source.String()).Inc()
+		o.duration.WithLabelValues(e.Namespace, d.Source.String()).Observe(e.Latency.Seconds())
+	}
+	if !e.Peek {
+		s.tokens[allowed].Add(float64(e.Cost))
+	}
+}
+
+// ObserveError counts an error by its reason.
+func (o *Observer) ObserveError(e ratelimit.ErrorEvent) {
+	o.errors.WithLabelValues(e.Namespace, e.Op.String(), Reason(e.Err)).Inc()
+}
+
+// ObserveFallback records a fallback store's change of state.
+func (o *Observer) ObserveFallback(e ratelimit.FallbackEvent) {
+	up, state := 0.0, "down"
+	if e.Alive {
+		up, state = 1, "up"
+	}
+	o.up.WithLabelValues(e.Partition).Set(up)
+	o.transitions.WithLabelValues(e.Partition, state).Inc()
+}
+
+// Reason returns the reason label of ratelimit_errors_total for err:
+// "invalid_argument", "corrupt_state", "canceled", "deadline" or "store".
+func Reason(err error) string {
+	switch {
+	case errors.Is(err, ratelimit.ErrInvalidArgument):
+		return "invalid_argument"
+	case errors.Is(err, ratelimit.ErrCorruptState):
+		return "corrupt_state"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	}
+	return "store"
+}
+
+// NewDenyCacheCollector returns a Collector of the denial cache that stats
+// reports on (pass a limiter's DenyCacheStats method), labelled with
+// namespace:
+//
+//	ratelimit_deny_cache_entries{namespace}          subjects held
+//	ratelimit_deny_cache_capacity{namespace}         most subjects held
+//	ratelimit_deny_cache_hits_total{namespace}       checks denied by the cache
+//	ratelimit_deny_cache_misses_total{namespace}     checks passed to the store
+//	ratelimit_deny_cache_evictions_total{namespace}  denials pushed out early
+//
+// The hit rate is rate(hits) / (rate(hits) + rate(misses)).
+func NewDenyCacheCollector(namespace string, stats func() ratelimit.CacheStats) prometheus.Collector {
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, nil, prometheus.Labels{"namespace": namespace})
+	}
+	return &cacheCollector{
+		stats:     stats,
+		entries:   desc("ratelimit_deny_cache_entries", "Subjects a limiter's denial cache holds a denial for."),
+		capacity:  desc("ratelimit_deny_cache_capacity", "Most subjects a limiter's denial cache holds."),
+		hits:      desc("ratelimit_deny_cache_hits_total", "Checks a limiter's denial cache denied without asking the store."),
+		misses:    desc("ratelimit_deny_cache_misses_total", "Checks a limiter's denial cache passed to the store."),
+		evictions: desc("ratelimit_deny_cache_evictions_total", "Denials a limiter's denial cache dropped early to make room."),
+	}
+}
+
+type cacheCollector struct {
+	stats                                      func() ratelimit.CacheStats
+	entries, capacity, hits, misses, evictions *prometheus.Desc
+}
+
+func (c *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.entries
+	ch <- c.capacity
+	ch <- c.hits
+	ch <- c.misses
+	ch <- c.evictions
+}
+
+func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(s.Size))
+	ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(s.Capacity))
+	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(s.Hits))
+	ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(s.Misses))
+	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(s.Evictions))
+}
