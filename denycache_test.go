@@ -524,3 +524,27 @@ func (g *gated) Apply(ctx context.Context, key string, r ratelimit.Request) (rat
 	<-open
 	return d, err
 }
+
+// BenchmarkDenyCacheHit times a denied subject's checks in this process:
+// answered by memstore (cache=0) or by the denial cache.
+func BenchmarkDenyCacheHit(b *testing.B) {
+	for _, size := range []int{0, 1000} {
+		b.Run(fmt.Sprint("cache=", size), func(b *testing.B) {
+			opts := []ratelimit.Option{}
+			if size > 0 {
+				opts = append(opts, ratelimit.WithDenyCache(size))
+			}
+			l, _ := ratelimit.New[string](memstore.New(), ratelimit.PerHour(1), opts...)
+			ctx := context.Background()
+			l.TryAcquire(ctx, "hot")
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if d, _ := l.TryAcquire(ctx, "hot"); d.Allowed {
+						b.Fatal("allowed")
+					}
+				}
+			})
+		})
+	}
+}

@@ -181,7 +181,7 @@ func (l *Limiter[K]) TryAcquire(ctx context.Context, subject K) (Decision, error
 func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (Decision, error) {
 	key, r, err := l.Request(subject, cost)
 	if err != nil {
-		l.failed("", OpAcquire, cost, err, time.Time{})
+		l.failed(ctx, "", OpAcquire, cost, err, time.Time{})
 		return Decision{}, err
 	}
 	return l.apply(ctx, key, r)
@@ -196,7 +196,7 @@ func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (De
 func (l *Limiter[K]) Peek(ctx context.Context, subject K) (Decision, error) {
 	key, r, err := l.request(subject, 1, true)
 	if err != nil {
-		l.failed("", OpPeek, 1, err, time.Time{})
+		l.failed(ctx, "", OpPeek, 1, err, time.Time{})
 		return Decision{}, err
 	}
 	return l.apply(ctx, key, r)
@@ -209,7 +209,7 @@ func (l *Limiter[K]) Reset(ctx context.Context, subject K) error {
 	enc := l.encode(subject)
 	if enc == "" {
 		err := invalid("subject must not be empty")
-		l.failed("", OpReset, 0, err, time.Time{})
+		l.failed(ctx, "", OpReset, 0, err, time.Time{})
 		return err
 	}
 	key := l.prefix + enc
@@ -222,7 +222,7 @@ func (l *Limiter[K]) Reset(ctx context.Context, subject K) error {
 		l.cache.forget(key)
 	}
 	if err != nil {
-		l.failed(key, OpReset, 0, err, start)
+		l.failed(ctx, key, OpReset, 0, err, start)
 	}
 	return err
 }
@@ -253,7 +253,7 @@ func (l *Limiter[K]) apply(ctx context.Context, key string, r Request) (Decision
 			var d Decision
 			var hit bool
 			if d, hit, present = l.cache.lookup(key, cost, at); hit {
-				l.decided(key, cost, r.Peek, d, start)
+				l.decided(ctx, key, cost, r.Peek, d, start)
 				return d, nil
 			}
 		}
@@ -261,26 +261,26 @@ func (l *Limiter[K]) apply(ctx context.Context, key string, r Request) (Decision
 	}
 	d, err := l.store.Apply(ctx, key, r)
 	if err != nil {
-		l.failed(key, op, cost, err, start)
+		l.failed(ctx, key, op, cost, err, start)
 		return d, err
 	}
 	if l.cache != nil && (!d.Allowed || present || r.Peek) {
 		l.cache.record(key, cost, r.Peek, d, at, resets)
 	}
-	l.decided(key, cost, r.Peek, d, start)
+	l.decided(ctx, key, cost, r.Peek, d, start)
 	return d, nil
 }
 
 // decided tells the observer about a decision.
-func (l *Limiter[K]) decided(key string, cost int64, peek bool, d Decision, start time.Time) {
+func (l *Limiter[K]) decided(ctx context.Context, key string, cost int64, peek bool, d Decision, start time.Time) {
 	if l.obs != nil {
-		l.obs.ObserveDecision(DecisionEvent{Namespace: l.ns, Key: key, Cost: cost, Peek: peek, Decision: d, Latency: time.Since(start)})
+		l.obs.ObserveDecision(ctx, DecisionEvent{Namespace: l.ns, Key: key, Cost: cost, Peek: peek, Decision: d, Latency: time.Since(start)})
 	}
 }
 
 // failed tells the observer about an error. A zero start (an argument
 // refused before any work) reports no latency.
-func (l *Limiter[K]) failed(key string, op Op, cost int64, err error, start time.Time) {
+func (l *Limiter[K]) failed(ctx context.Context, key string, op Op, cost int64, err error, start time.Time) {
 	if l.obs == nil {
 		return
 	}
@@ -288,7 +288,7 @@ func (l *Limiter[K]) failed(key string, op Op, cost int64, err error, start time
 	if !start.IsZero() {
 		latency = time.Since(start)
 	}
-	l.obs.ObserveError(ErrorEvent{Namespace: l.ns, Key: key, Op: op, Cost: cost, Err: err, Latency: latency})
+	l.obs.ObserveError(ctx, ErrorEvent{Namespace: l.ns, Key: key, Op: op, Cost: cost, Err: err, Latency: latency})
 }
 
 // DenyCacheStats returns a snapshot of the denial cache's size and counts;

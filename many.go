@@ -68,14 +68,14 @@ func (l *Limiter[K]) TryAcquireMany(ctx context.Context, items []Item[K]) []Resu
 		key, r, err := l.requestAt(it.Subject, it.Cost, false, now)
 		if err != nil {
 			res[i].Err = err
-			l.failed("", OpAcquire, it.Cost, err, time.Time{})
+			l.failed(ctx, "", OpAcquire, it.Cost, err, time.Time{})
 			continue
 		}
 		if l.cache != nil {
 			d, hit, p := l.cache.lookup(key, it.Cost, at)
 			if hit {
 				res[i].Decision = d
-				l.decided(key, it.Cost, false, d, start)
+				l.decided(ctx, key, it.Cost, false, d, start)
 				continue
 			}
 			present = append(present, p)
@@ -102,7 +102,7 @@ func (l *Limiter[K]) TryAcquireMany(ctx context.Context, items []Item[K]) []Resu
 		i := index[j]
 		if b.Err != nil {
 			res[i].Err = b.Err
-			l.failed(b.Key, OpAcquire, b.Request.Cost, b.Err, start)
+			l.failed(ctx, b.Key, OpAcquire, b.Request.Cost, b.Err, start)
 			continue
 		}
 		res[i].Decision = b.Decision
@@ -110,7 +110,7 @@ func (l *Limiter[K]) TryAcquireMany(ctx context.Context, items []Item[K]) []Resu
 			l.cache.record(b.Key, b.Request.Cost, false, b.Decision, at, resets)
 		}
 		if observed {
-			l.decided(b.Key, b.Request.Cost, false, b.Decision, start)
+			l.decided(ctx, b.Key, b.Request.Cost, false, b.Decision, start)
 		}
 	}
 	return res

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"time"
 )
 
@@ -10,18 +11,20 @@ import (
 // attaches one to a Limiter; package promobserver adapts it to Prometheus.
 //
 // The Limiter calls it synchronously, on the goroutine of the check, after
-// the decision is made and before it is returned, so an Observer must be
-// quick (count, don't log every denial) and safe for simultaneous use by
-// multiple goroutines.
+// the decision is made and before it is returned, with the check's context
+// (a tracer finds the caller's span in it), so an Observer must be quick
+// (count, don't log every denial) and safe for simultaneous use by multiple
+// goroutines. The context may already be cancelled: it is for reading
+// values, not for doing I/O under.
 type Observer interface {
 	// ObserveDecision is called once per decided check: by the store, by a
 	// fallback's outage behaviour, or by the denial cache (see
 	// Decision.Source).
-	ObserveDecision(DecisionEvent)
+	ObserveDecision(context.Context, DecisionEvent)
 	// ObserveError is called once per check or reset that returned an
 	// error: an invalid argument, an unreachable or failing store, a
 	// corrupt bucket, or the caller's cancelled context.
-	ObserveError(ErrorEvent)
+	ObserveError(context.Context, ErrorEvent)
 	FallbackObserver
 }
 
@@ -31,8 +34,9 @@ type Observer interface {
 // without needing the rest.
 type FallbackObserver interface {
 	// ObserveFallback is called once per change of state, by the goroutine
-	// that made the change.
-	ObserveFallback(FallbackEvent)
+	// that made the change, with the context of the call or probe that
+	// made it (context.Background() when there is none).
+	ObserveFallback(context.Context, FallbackEvent)
 }
 
 // DecisionEvent describes one decided check.
@@ -124,31 +128,31 @@ type FallbackEvent struct {
 // events: a nil field ignores its kind.
 type ObserverFuncs struct {
 	// Decision receives every DecisionEvent.
-	Decision func(DecisionEvent)
+	Decision func(context.Context, DecisionEvent)
 	// Error receives every ErrorEvent.
-	Error func(ErrorEvent)
+	Error func(context.Context, ErrorEvent)
 	// Fallback receives every FallbackEvent.
-	Fallback func(FallbackEvent)
+	Fallback func(context.Context, FallbackEvent)
 }
 
 // ObserveDecision calls f.Decision, if set.
-func (f ObserverFuncs) ObserveDecision(e DecisionEvent) {
+func (f ObserverFuncs) ObserveDecision(ctx context.Context, e DecisionEvent) {
 	if f.Decision != nil {
-		f.Decision(e)
+		f.Decision(ctx, e)
 	}
 }
 
 // ObserveError calls f.Error, if set.
-func (f ObserverFuncs) ObserveError(e ErrorEvent) {
+func (f ObserverFuncs) ObserveError(ctx context.Context, e ErrorEvent) {
 	if f.Error != nil {
-		f.Error(e)
+		f.Error(ctx, e)
 	}
 }
 
 // ObserveFallback calls f.Fallback, if set.
-func (f ObserverFuncs) ObserveFallback(e FallbackEvent) {
+func (f ObserverFuncs) ObserveFallback(ctx context.Context, e FallbackEvent) {
 	if f.Fallback != nil {
-		f.Fallback(e)
+		f.Fallback(ctx, e)
 	}
 }
 
@@ -166,20 +170,20 @@ func Observers(obs ...Observer) Observer {
 
 type multiObserver []Observer
 
-func (m multiObserver) ObserveDecision(e DecisionEvent) {
+func (m multiObserver) ObserveDecision(ctx context.Context, e DecisionEvent) {
 	for _, o := range m {
-		o.ObserveDecision(e)
+		o.ObserveDecision(ctx, e)
 	}
 }
 
-func (m multiObserver) ObserveError(e ErrorEvent) {
+func (m multiObserver) ObserveError(ctx context.Context, e ErrorEvent) {
 	for _, o := range m {
-		o.ObserveError(e)
+		o.ObserveError(ctx, e)
 	}
 }
 
-func (m multiObserver) ObserveFallback(e FallbackEvent) {
+func (m multiObserver) ObserveFallback(ctx context.Context, e FallbackEvent) {
 	for _, o := range m {
-		o.ObserveFallback(e)
+		o.ObserveFallback(ctx, e)
 	}
 }

@@ -15,7 +15,7 @@ func ExampleWithObserver() {
 	// promobserver turns every event into Prometheus series.
 	counts := map[string]int{}
 	obs := ratelimit.ObserverFuncs{
-		Decision: func(e ratelimit.DecisionEvent) {
+		Decision: func(_ context.Context, e ratelimit.DecisionEvent) {
 			counts[fmt.Sprintf("%s allowed=%v source=%v", e.Namespace, e.Decision.Allowed, e.Decision.Source)]++
 		},
 	}

@@ -25,14 +25,14 @@ func (e *events) add(format string, args ...any) {
 	e.mu.Unlock()
 }
 
-func (e *events) ObserveDecision(ev ratelimit.DecisionEvent) {
+func (e *events) ObserveDecision(_ context.Context, ev ratelimit.DecisionEvent) {
 	if ev.Latency < 0 {
 		e.add("negative latency")
 	}
 	e.add("decision ns=%s key=%s cost=%d peek=%v allowed=%v source=%v", ev.Namespace, ev.Key, ev.Cost, ev.Peek, ev.Decision.Allowed, ev.Decision.Source)
 }
 
-func (e *events) ObserveError(ev ratelimit.ErrorEvent) {
+func (e *events) ObserveError(_ context.Context, ev ratelimit.ErrorEvent) {
 	kind := "store"
 	switch {
 	case errors.Is(ev.Err, ratelimit.ErrInvalidArgument):
@@ -43,7 +43,7 @@ func (e *events) ObserveError(ev ratelimit.ErrorEvent) {
 	e.add("error ns=%s key=%s op=%v cost=%d kind=%s", ev.Namespace, ev.Key, ev.Op, ev.Cost, kind)
 }
 
-func (e *events) ObserveFallback(ev ratelimit.FallbackEvent) {
+func (e *events) ObserveFallback(_ context.Context, ev ratelimit.FallbackEvent) {
 	e.add("fallback partition=%s alive=%v outage=%v", ev.Partition, ev.Alive, ev.Outage)
 }
 
@@ -158,13 +158,14 @@ func TestObservers(t *testing.T) {
 	a, b := &events{}, &events{}
 	var decisions, fallbacks int
 	funcs := ratelimit.ObserverFuncs{
-		Decision: func(ratelimit.DecisionEvent) { decisions++ },
-		Fallback: func(ratelimit.FallbackEvent) { fallbacks++ },
+		Decision: func(context.Context, ratelimit.DecisionEvent) { decisions++ },
+		Fallback: func(context.Context, ratelimit.FallbackEvent) { fallbacks++ },
 	}
 	o := ratelimit.Observers(a, nil, b, funcs)
-	o.ObserveDecision(ratelimit.DecisionEvent{Namespace: "n", Cost: 1})
-	o.ObserveError(ratelimit.ErrorEvent{Namespace: "n", Err: errors.New("x")}) // funcs has no Error: ignored
-	o.ObserveFallback(ratelimit.FallbackEvent{Partition: "p", Outage: ratelimit.LocalFallback})
+	ctx := context.Background()
+	o.ObserveDecision(ctx, ratelimit.DecisionEvent{Namespace: "n", Cost: 1})
+	o.ObserveError(ctx, ratelimit.ErrorEvent{Namespace: "n", Err: errors.New("x")}) // funcs has no Error: ignored
+	o.ObserveFallback(ctx, ratelimit.FallbackEvent{Partition: "p", Outage: ratelimit.LocalFallback})
 	want := "[decision ns=n key= cost=1 peek=false allowed=false source=store error ns=n key= op=acquire cost=0 kind=store fallback partition=p alive=false outage=local-fallback]"
 	for i, e := range []*events{a, b} {
 		if got := fmt.Sprint(e.take()); got != want {
@@ -175,9 +176,9 @@ func TestObservers(t *testing.T) {
 		t.Errorf("ObserverFuncs saw %d decisions and %d fallback events, want 1 and 1", decisions, fallbacks)
 	}
 	var empty ratelimit.ObserverFuncs
-	empty.ObserveDecision(ratelimit.DecisionEvent{})
-	empty.ObserveError(ratelimit.ErrorEvent{})
-	empty.ObserveFallback(ratelimit.FallbackEvent{})
+	empty.ObserveDecision(ctx, ratelimit.DecisionEvent{})
+	empty.ObserveError(ctx, ratelimit.ErrorEvent{})
+	empty.ObserveFallback(ctx, ratelimit.FallbackEvent{})
 }
 
 func TestOpString(t *testing.T) {
@@ -194,7 +195,7 @@ func TestObservedLatencyIsTheChecksOwn(t *testing.T) {
 	var latency time.Duration
 	slow := &gated{Store: memstore.New()}
 	l, _ := ratelimit.New[string](slow, ratelimit.PerMinute(1), ratelimit.WithClock(clock.Now),
-		ratelimit.WithObserver(ratelimit.ObserverFuncs{Decision: func(e ratelimit.DecisionEvent) { latency = e.Latency }}))
+		ratelimit.WithObserver(ratelimit.ObserverFuncs{Decision: func(_ context.Context, e ratelimit.DecisionEvent) { latency = e.Latency }}))
 	slow.hold()
 	done := make(chan struct{})
 	go func() {
@@ -207,5 +208,23 @@ func TestObservedLatencyIsTheChecksOwn(t *testing.T) {
 	<-done
 	if latency < 2*time.Millisecond {
 		t.Fatalf("observed latency %v for a check held 2ms", latency)
+	}
+}
+
+func TestObserverGetsTheChecksContext(t *testing.T) {
+	type key struct{}
+	ctx := context.WithValue(context.Background(), key{}, "trace-7")
+	var got []any
+	obs := ratelimit.ObserverFuncs{
+		Decision: func(ctx context.Context, _ ratelimit.DecisionEvent) { got = append(got, ctx.Value(key{})) },
+		Error:    func(ctx context.Context, _ ratelimit.ErrorEvent) { got = append(got, ctx.Value(key{})) },
+	}
+	l, _ := ratelimit.New[string](memstore.New(), ratelimit.PerMinute(1), ratelimit.WithObserver(obs))
+	l.TryAcquire(ctx, "s")
+	l.TryAcquire(ctx, "")
+	l.TryAcquireMany(ctx, []ratelimit.Item[string]{{"s", 1}})
+	l.Peek(ctx, "s")
+	if fmt.Sprint(got) != "[trace-7 trace-7 trace-7 trace-7]" {
+		t.Fatalf("observer saw contexts carrying %v", got)
 	}
 }

@@ -176,7 +176,7 @@ func (o *Observer) series(ns string) *series {
 }
 
 // ObserveDecision counts a decision, its tokens and its duration.
-func (o *Observer) ObserveDecision(e ratelimit.DecisionEvent) {
+func (o *Observer) ObserveDecision(_ context.Context, e ratelimit.DecisionEvent) {
 	s := o.series(e.Namespace)
 	d := e.Decision
 	allowed := index(d.Allowed)
@@ -193,12 +193,12 @@ func (o *Observer) ObserveDecision(e ratelimit.DecisionEvent) {
 }
 
 // ObserveError counts an error by its reason.
-func (o *Observer) ObserveError(e ratelimit.ErrorEvent) {
+func (o *Observer) ObserveError(_ context.Context, e ratelimit.ErrorEvent) {
 	o.errors.WithLabelValues(e.Namespace, e.Op.String(), Reason(e.Err)).Inc()
 }
 
 // ObserveFallback records a fallback store's change of state.
-func (o *Observer) ObserveFallback(e ratelimit.FallbackEvent) {
+func (o *Observer) ObserveFallback(_ context.Context, e ratelimit.FallbackEvent) {
 	up, state := 0.0, "down"
 	if e.Alive {
 		up, state = 1, "up"

@@ -144,9 +144,9 @@ func TestErrors(t *testing.T) {
 		if got := promobserver.Reason(tt.err); got != tt.reason {
 			t.Errorf("Reason(%v) = %q, want %q", tt.err, got, tt.reason)
 		}
-		obs.ObserveError(ratelimit.ErrorEvent{Namespace: "api", Op: ratelimit.OpAcquire, Err: tt.err})
+		obs.ObserveError(context.Background(), ratelimit.ErrorEvent{Namespace: "api", Op: ratelimit.OpAcquire, Err: tt.err})
 	}
-	obs.ObserveError(ratelimit.ErrorEvent{Namespace: "api", Op: ratelimit.OpReset, Err: errors.New("down")})
+	obs.ObserveError(context.Background(), ratelimit.ErrorEvent{Namespace: "api", Op: ratelimit.OpReset, Err: errors.New("down")})
 	err := testutil.CollectAndCompare(obs, strings.NewReader(`
 # HELP ratelimit_errors_total Rate limit checks and resets that returned an error, by namespace, operation and reason.
 # TYPE ratelimit_errors_total counter
@@ -165,9 +165,9 @@ ratelimit_errors_total{namespace="api",op="reset",reason="store"} 1
 func TestFallbackState(t *testing.T) {
 	obs := promobserver.New()
 	at := storetest.Start
-	obs.ObserveFallback(ratelimit.FallbackEvent{Partition: "10.0.0.1:6379", Outage: ratelimit.LocalFallback, Cause: errors.New("refused"), At: at})
-	obs.ObserveFallback(ratelimit.FallbackEvent{Partition: "10.0.0.1:6379", Alive: true, Outage: ratelimit.LocalFallback, At: at.Add(time.Second)})
-	obs.ObserveFallback(ratelimit.FallbackEvent{Partition: "10.0.0.2:6379", Outage: ratelimit.LocalFallback, At: at})
+	obs.ObserveFallback(context.Background(), ratelimit.FallbackEvent{Partition: "10.0.0.1:6379", Outage: ratelimit.LocalFallback, Cause: errors.New("refused"), At: at})
+	obs.ObserveFallback(context.Background(), ratelimit.FallbackEvent{Partition: "10.0.0.1:6379", Alive: true, Outage: ratelimit.LocalFallback, At: at.Add(time.Second)})
+	obs.ObserveFallback(context.Background(), ratelimit.FallbackEvent{Partition: "10.0.0.2:6379", Outage: ratelimit.LocalFallback, At: at})
 	err := testutil.CollectAndCompare(obs, strings.NewReader(`
 # HELP ratelimit_primary_transitions_total Changes of a fallback store's primary between up and down, by partition and new state.
 # TYPE ratelimit_primary_transitions_total counter
@@ -232,10 +232,11 @@ func TestRegistersCleanly(t *testing.T) {
 func BenchmarkObserveDecision(b *testing.B) {
 	obs := promobserver.New()
 	e := ratelimit.DecisionEvent{Namespace: "api", Key: "3:api:u", Cost: 1, Decision: ratelimit.Decision{Allowed: true}, Latency: 300 * time.Microsecond}
+	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			obs.ObserveDecision(e)
+			obs.ObserveDecision(ctx, e)
 		}
 	})
 }
