@@ -5,6 +5,8 @@ go 1.26.8
 require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/metric v1.47.0
 	go.yaml.in/yaml/v3 v3.0.6
 )
 
