@@ -17,7 +17,8 @@ import (
 //     limits they are named name-1, name-2, ...
 //   - RateLimit gives the limit that bound d as "name";r=remaining;t=seconds,
 //     with t the seconds until the bucket is full, rounded up.
-//   - X-RateLimit-Limit is that limit's capacity, X-RateLimit-Remaining the
+//   - X-RateLimit-Limit is that limit's capacity (d.Limit's when it is not one
+//     of limits, as a fallback's share), X-RateLimit-Remaining the
 //     tokens left, and X-RateLimit-Reset the Unix time, in seconds rounded
 //     up, when the bucket is full.
 //
@@ -40,7 +41,7 @@ func SetHeaders(h http.Header, name string, limits []ratelimit.Limit, d ratelimi
 		return sfString(name + "-" + strconv.Itoa(i+1))
 	}
 	var policy strings.Builder
-	bound := 0
+	bound, found := 0, false
 	for i, l := range limits {
 		if i > 0 {
 			policy.WriteString(", ")
@@ -50,15 +51,22 @@ func SetHeaders(h http.Header, name string, limits []ratelimit.Limit, d ratelimi
 		policy.WriteString(strconv.FormatInt(max(l.Capacity, 0), 10))
 		policy.WriteString(";w=")
 		policy.WriteString(strconv.FormatInt(window(l), 10))
-		if l == d.Limit {
-			bound = i
+		if l == d.Limit && !found {
+			bound, found = i, true
 		}
 	}
 	remaining := max(d.Remaining, 0)
 	reset := ceilSeconds(d.ResetAfter)
 	h.Set("RateLimit-Policy", policy.String())
 	h.Set("RateLimit", names(bound)+";r="+strconv.FormatInt(remaining, 10)+";t="+strconv.FormatInt(reset, 10))
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(max(limits[bound].Capacity, 0), 10))
+	capacity := limits[bound].Capacity
+	if !found && d.Limit.Validate() == nil {
+		// The decision was made under another limit than the policy's,
+		// such as a fallback's share of it: its capacity is what
+		// Remaining reads against.
+		capacity = d.Limit.Capacity
+	}
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(max(capacity, 0), 10))
 	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
 	h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilUnix(now.Add(max(d.ResetAfter, 0))), 10))
 }

@@ -398,6 +398,12 @@ func TestSetHeadersEscapesTheName(t *testing.T) {
 		t.Errorf("RateLimit-Policy = %q, want %q", got, want)
 	}
 	h = http.Header{}
+	share := ratelimit.Limit{Capacity: 3, RefillTokens: 3, RefillPeriod: time.Second}
+	SetHeaders(h, "x", []ratelimit.Limit{ratelimit.PerSecond(10)}, ratelimit.Decision{Allowed: true, Remaining: 2, Limit: share}, t0)
+	if h.Get("X-RateLimit-Limit") != "3" || h.Get("RateLimit-Policy") != `"x";q=10;w=1` {
+		t.Errorf("a decision under a fallback share: %v", h)
+	}
+	h = http.Header{}
 	SetHeaders(h, "x", nil, ratelimit.Decision{}, t0)
 	if len(h) != 0 {
 		t.Errorf("headers set without a policy: %v", h)
