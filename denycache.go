@@ -51,8 +51,9 @@ func (s CacheStats) HitRate() float64 {
 //     A denial of c says nothing more about a smaller cost; in particular
 //     a c' the bucket held at t is never denied (its bound is before t).
 //
-// Both rest on the bucket changing only by the checks of this policy, which
-// take tokens and never add them: another process's Reset, a check under
+// Both rest on the bucket changing only by refill at this policy's rates and
+// by the checks of this policy, which only take tokens: another process's
+// Reset, a check under
 // another policy (a rolling deploy) or a Redis that lost the key can each
 // make the bucket admit earlier, and the cache cannot see them. It then
 // denies for at most the rest of r. An admission by the store that

@@ -219,7 +219,7 @@ func scriptCalls(tb testing.TB, c redis.UniversalClient) int64 {
 // decisions per second, with and without the cache, from one goroutine
 // (serial: each check waits for the last) and from 32 (parallel).
 //
-//	go test -run '^$' -bench DenyCacheRedis -benchtime 3s .
+//	go test -run '^$' -bench DenyCacheRedis -benchtime 2s -count 3 .
 func BenchmarkDenyCacheRedis(b *testing.B) {
 	_, client := redisStandalone(b)
 	store := redisstore.New(client)
@@ -312,7 +312,7 @@ func BenchmarkDenyCacheRedis(b *testing.B) {
 // TryAcquireMany with 100 TryAcquire calls one after the other, on a
 // standalone server and on a 3-master cluster.
 //
-//	go test -run '^$' -bench TryAcquireManyRedis .
+//	go test -run '^$' -bench TryAcquireManyRedis -benchtime 2s -count 3 .
 func BenchmarkTryAcquireManyRedis(b *testing.B) {
 	_, standalone := redisStandalone(b)
 	cluster := redistest.StartCluster(b, 3, 0)
