@@ -18,7 +18,7 @@ type CacheStats struct {
 	// Hits counts the checks the cache denied without asking the store.
 	Hits uint64
 	// Misses counts the checks the cache could not decide and passed to
-	// the store.
+	// the store. Peeks, which always go to the store, count as neither.
 	Misses uint64
 	// Evictions counts the denials dropped, before they ran out, to make
 	// room for another subject's.
