@@ -38,9 +38,12 @@ type Band struct {
 //     at Last and the difference is added to RetryAfter, ResetAfter and ttl.
 //   - A band whose limit is in the request is refilled by the time elapsed,
 //     exactly, capped at its capacity.
-//   - A limit of the request that has no band (the policy changed) starts at
-//     the lesser of the bucket's fewest whole tokens and its own capacity,
-//     with no remainder and no refill for the time before the change.
+//   - A limit of the request that has no band (the policy changed) takes
+//     over the first band that no limit of the request matched, in order,
+//     and starts at the lesser of that band's whole tokens and its own
+//     capacity, with no remainder and no refill for the time before the
+//     change. With no such band left it starts at the bucket's fewest whole
+//     tokens, capped the same way.
 //   - The request is allowed when every band holds cost tokens (for a peek,
 //     one); then, unless peeking, cost is taken from every band.
 //
@@ -76,21 +79,36 @@ func (st *State) Step(r Request, now int64) (d Decision, ttl time.Duration, writ
 				fewest = tok
 			}
 		}
+		// First each limit takes the band it wrote, then each limit left
+		// takes the next band left: a changed limit carries over the band it
+		// replaces, at no more than its own capacity. A limit with no band
+		// left takes the bucket's fewest whole tokens.
 		var used [MaxLimits]bool
+		var match [MaxLimits]int
 		for i, l := range limits {
-			j := -1
+			match[i] = -1
 			for k, b := range st.Bands {
 				if !used[k] && b.Limit == l {
-					j = k
+					match[i], used[k] = k, true
 					break
 				}
 			}
-			if j >= 0 {
-				used[j] = true
-				levels[i] = refill(l, st.Bands[j].Level, elapsed)
-			} else {
-				levels[i] = min(fewest, l.Capacity) * l.periodMicros()
+		}
+		next := 0
+		for i, l := range limits {
+			if match[i] >= 0 {
+				levels[i] = refill(l, st.Bands[match[i]].Level, elapsed)
+				continue
 			}
+			tok := fewest
+			for next < len(st.Bands) && used[next] {
+				next++
+			}
+			if next < len(st.Bands) {
+				b := st.Bands[next]
+				tok, used[next] = b.Level/b.Limit.periodMicros(), true
+			}
+			levels[i] = min(tok, l.Capacity) * l.periodMicros()
 		}
 	}
 

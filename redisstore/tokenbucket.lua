@@ -223,26 +223,37 @@ else
       fewest = tok
     end
   end
-  local used = {}
+  -- First each limit takes the band it wrote, then each limit left takes the next band left;
+  -- a limit with no band left takes the bucket's fewest whole tokens.
+  local used, match = {}, {}
   for i = 1, n do
-    local match = nil
     for j = 1, #sl do
       if not used[j] and sc[j] == lc[i] and sr[j] == lr[i] and sp[j] == lp[i] then
-        match = j
+        match[i], used[j] = j, true
         break
       end
     end
-    if match then
-      used[match] = true
+  end
+  local nextband = 1
+  for i = 1, n do
+    local j = match[i]
+    if j then
       local full = lc[i] * lp[i]
-      local missing = full - sl[match]
+      local missing = full - sl[j]
       if missing <= 0 or elapsed >= ceildiv(missing, lr[i]) then
         levels[i] = full
       else
-        levels[i] = sl[match] + elapsed * lr[i]
+        levels[i] = sl[j] + elapsed * lr[i]
       end
     else
-      levels[i] = math.min(fewest, lc[i]) * lp[i]
+      local tok = fewest
+      while nextband <= #sl and used[nextband] do
+        nextband = nextband + 1
+      end
+      if nextband <= #sl then
+        tok, used[nextband] = floordiv(sl[nextband], sp[nextband]), true
+      end
+      levels[i] = math.min(tok, lc[i]) * lp[i]
     end
   end
 end

@@ -235,6 +235,18 @@ var cases = []struct {
 			t.Fatalf("sixth check of the day = %+v %v; want denied by the day limit", d, err)
 		}
 	}},
+	{"changing one of several limits carries over that limit's own tokens", func(t *testing.T, e *env) {
+		day := 24 * time.Hour
+		before := e.newLimiter(ratelimit.PerMinute(10), ratelimit.NewLimit(20, day, 20))
+		after := e.newLimiter(ratelimit.PerMinute(10), ratelimit.NewLimit(30, day, 30))
+		d, err := before.TryAcquireN(e.ctx, "s", 10)
+		want(t, "drain the minute", d, err, true, 0, 0, 12*time.Hour)
+		e.clock.Add(time.Minute)
+		// The minute limit is unchanged and refilled; the day limit changed
+		// and keeps its own 10 whole tokens (not the minute's 0 of before).
+		d, err = after.TryAcquire(e.ctx, "s")
+		want(t, "after the day limit changed", d, err, true, 9, 0, 60480*time.Second)
+	}},
 	{"the largest exact values stay exact", func(t *testing.T, e *env) {
 		l := e.newLimiter(ratelimit.Limit{Capacity: 1 << 32, RefillTokens: 1, RefillPeriod: 1 << 20 * time.Microsecond})
 		d, err := l.TryAcquireN(e.ctx, "s", 1<<32)
