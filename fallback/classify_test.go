@@ -1,0 +1,103 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+)
+
+func TestIsUnreachable(t *testing.T) {
+	_, invalidErr := ratelimit.New[string](newFakePrimary(time.Now), ratelimit.Limit{})
+	wrap := func(err error) error { return fmt.Errorf("ratelimit: redis check of %q: %w", "k", err) }
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"no error", nil, false},
+		{"a refused dial", wrap(refusedError()), true},
+		{"a reset connection", wrap(&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), true},
+		{"a broken pipe", wrap(os.NewSyscallError("write", syscall.EPIPE)), true},
+		{"EOF", wrap(io.EOF), true},
+		{"an unexpected EOF", wrap(io.ErrUnexpectedEOF), true},
+		{"a read timeout", wrap(readTimeoutError(t)), true},
+		{"an I/O deadline", wrap(os.ErrDeadlineExceeded), true},
+		{"a closed connection", wrap(net.ErrClosed), true},
+		{"a context deadline", wrap(context.DeadlineExceeded), true},
+		{"a DNS failure", wrap(&net.DNSError{Err: "no such host", Name: "redis.invalid"}), true},
+		{"go-redis's pool timeout", wrap(errors.New("redis: connection pool timeout")), true},
+		{"a cluster slot not served", wrap(errors.New("CLUSTERDOWN Hash slot not served")), true},
+		{"a loading server", wrap(errors.New("LOADING Redis is loading the dataset in memory")), true},
+		{"a replica without its master", wrap(errors.New("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.")), true},
+		{"a resharding slot", wrap(errors.New("TRYAGAIN Multiple keys request during rehashing of slot")), true},
+		{"an outage seen by a nested fallback", wrap(ErrUnavailable), true},
+		{"one of several joined errors", errors.Join(errors.New("first"), wrap(errors.New("CLUSTERDOWN The cluster is down"))), true},
+		{"an invalid argument", invalidErr, false},
+		{"an invalid argument found by the script", fmt.Errorf("%w: redis check: cost must be at least 1", ratelimit.ErrInvalidArgument), false},
+		{"a corrupt bucket", fmt.Errorf("%w: redis check: bad level", ratelimit.ErrCorruptState), false},
+		{"a corrupt bucket even beside an EOF", errors.Join(io.EOF, ratelimit.ErrCorruptState), false},
+		{"a cancelled context", wrap(context.Canceled), false},
+		{"a script error", wrap(errors.New("ERR Error running script (call to f_0): @user_script:3: boom")), false},
+		{"a wrong type", wrap(errors.New("WRONGTYPE Operation against a key holding the wrong kind of value")), false},
+		{"a closed client", wrap(errors.New("redis: client is closed")), false},
+		{"a reply that merely mentions a busy word", wrap(errors.New("ERR unknown command 'CLUSTERDOWN'")), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := IsUnreachable(tt.err); got != tt.want {
+				t.Errorf("IsUnreachable(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+// readTimeoutError returns the error of a real read on a loopback
+// connection whose deadline has passed.
+func readTimeoutError(t *testing.T) error {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(time.Millisecond))
+	_, err = c.Read(make([]byte, 1))
+	if err == nil {
+		t.Fatal("read on a silent connection returned no error")
+	}
+	return err
+}
+
+func TestClassifierOption(t *testing.T) {
+	p := newFakePrimary(time.Now)
+	oom := errors.New("OOM command not allowed when used memory > 'maxmemory'")
+	s := mustNew(t, p, WithOutage(ratelimit.FailOpen), WithClassifier(func(err error) bool {
+		return errors.Is(err, oom) || IsUnreachable(err)
+	}))
+	p.failWith(oom)
+	d, err := s.Apply(context.Background(), "k", req(perMinute100, 1, time.Time{}))
+	if err != nil || d.Source != ratelimit.SourceFailOpen || s.IsAlive() {
+		t.Fatalf("= %+v, %v, alive %v; want the custom classifier to mark the primary down", d, err, s.IsAlive())
+	}
+
+	s = mustNew(t, p, WithClassifier(func(error) bool { return true }))
+	p.set(hung)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(10*time.Millisecond, cancel)
+	if _, err := s.Apply(ctx, "k", req(perMinute100, 1, time.Time{})); !errors.Is(err, context.Canceled) || !s.IsAlive() {
+		t.Fatalf("a classifier that says yes to everything: %v, alive %v; a cancellation must stay the caller's", err, s.IsAlive())
+	}
+}

@@ -1,0 +1,131 @@
+// Package fallback is a ratelimit.Store that wraps another (the primary,
+// usually a redisstore.Store) and decides what a check does while the primary
+// cannot be reached.
+//
+// # Behaviours
+//
+// While the primary answers, every decision is the primary's. When a call
+// fails with an error that says the primary could not be reached (see
+// IsUnreachable), the Store marks the primary down at once and answers that
+// call, and every following one, with the ratelimit.Outage chosen by
+// WithOutage:
+//
+//   - ReturnError (the default): an error wrapping ErrUnavailable. The caller
+//     decides.
+//   - FailOpen: admitted without a check, as a full bucket would admit it.
+//     The Decision's Source is SourceFailOpen and it is not Enforced.
+//   - FailClosed: denied without a check, as an empty bucket would deny it
+//     (RetryAfter is the time the policy takes to refill the cost). Source is
+//     SourceFailClosed.
+//   - LocalFallback: decided against a bucket per key kept in this process,
+//     with the same policy (or the fleet share of it, below) and the same
+//     exact arithmetic (ratelimit's Step, through a memstore.Store). Source
+//     is SourceLocal.
+//
+// # The breaker
+//
+// Once a call has marked the primary down, no check touches it: every
+// behaviour answers at once, so a dead or hung Redis costs the calls that were
+// in flight when it went away, and no more. Only a probe brings the primary
+// back: Probe pings it once (through WithProbe, the primary's own Ping method
+// when it has one, or a peek at a key that belongs to no Limiter) and marks it
+// alive when it answers, or down when it does not (unless checks were
+// answered while the ping waited: then only the probe was slow).
+// ProbeForever probes every interval (DefaultProbeInterval, 100 ms) until its
+// context ends, giving each probe the interval or one second, whichever is
+// longer; the package starts no goroutine of its own, so run ProbeForever in
+// a goroutine whose lifetime you own. Without a probe a Store that went down
+// stays down until MarkAlive.
+//
+// Flag changes are guarded by a generation count: a failure of a check that
+// started before the primary went down and came back does not mark it down
+// again, and a ping that started before a newer failure does not undo it.
+//
+// When the primary is back, decisions go to it again and find the shared
+// bucket as the fleet left it: the local buckets are not merged into it.
+// They are kept (until they would be full again), so a primary that flaps
+// does not hand out a fresh local bucket at each flap.
+//
+// # Which errors mark the primary down
+//
+// IsUnreachable is the default classification: refused, reset and aborted
+// connections, EOF, network and I/O timeouts, a context deadline that expired
+// while the primary was being asked, a connection pool timeout, and the
+// replies with which Redis says it cannot serve the key right now (LOADING,
+// MASTERDOWN, CLUSTERDOWN, TRYAGAIN). Not an invalid argument, not a corrupt
+// bucket (ratelimit.ErrCorruptState) and not a cancelled context: a
+// cancellation is the caller's, and is returned as it is. A caller whose
+// deadline is shorter than the primary's round trip marks it down too; the
+// probe brings it back within one interval. WithClassifier replaces the
+// classification.
+//
+// # Deadlines
+//
+// A check costs at most the caller's deadline, or WithTimeout's when that is
+// shorter: the wrapper adds no wait of its own, and the local bucket never
+// blocks. This relies on the primary honouring its context, which a go-redis
+// client does only with ContextTimeoutEnabled (see redisstore.ClientOptions);
+// without it a hung Redis costs the client's read timeout, 3 s by default. A
+// check without any deadline on a hung primary waits for the client's own
+// timeouts; give every check a deadline, or set WithTimeout.
+//
+// # The fleet share
+//
+// WithFleetShare(n) tells the Store that n processes share the policy. While
+// the primary is down, each one then enforces Share(limit, n): capacity and
+// refill tokens divided by n, rounded down but at least 1, over the same
+// refill period. Over an outage of length T, a token bucket of capacity C'
+// and refill R' per period P admits at most C' + R'·T/P tokens, so the n
+// processes together admit at most
+//
+//	n·max(1, ⌊C/n⌋) + n·max(1, ⌊R/n⌋)·T/P
+//
+// which is at most the policy's own C + R·T/P when C >= n and R >= n.
+// Rounding down can leave the fleet up to n-1 tokens under the policy per
+// burst and per period; a policy smaller than n (C < n or R < n) gives every
+// process one token, so the fleet may admit up to n per burst or per period.
+// A check whose cost exceeds the share's capacity can never pass locally, so
+// it is denied, with RetryAfter the time the share takes to refill from
+// empty. The Decision's Limit is then the share that decided it, so that
+// Remaining and RetryAfter read against it.
+//
+// # Bounds across an outage
+//
+// The shared bucket keeps refilling while nobody asks it, so over any window
+// the shared decisions stay within the policy and the local ones add to them:
+// the fleet admits at most the policy's allowance for the window plus what
+// the local buckets admitted during the outage (the sum above). A Redis that
+// restarts empty (no persistence) forgets what its buckets had spent, so each
+// subject can spend up to one more capacity after each restart, with or
+// without this package. A check that timed out on a hung Redis may still run
+// once the server resumes: its tokens are then spent both in Redis and, with
+// LocalFallback, locally, which errs towards denying.
+//
+// # Redis Cluster
+//
+// One master down is not the whole cluster down. WithPartitions keeps one
+// liveness flag per partition, for example per master address, with a ping
+// per partition: a dead master then sends only its own subjects to the
+// outage behaviour, and the other masters' subjects keep their shared
+// buckets. When the partition function maps a key to the promoted replica
+// after a failover (go-redis learns the new topology when its cluster state
+// reloads; a probe can trigger that), its subjects are back on the shared
+// buckets at once. Without WithPartitions there is a single flag for the
+// whole primary.
+//
+// # Time
+//
+// The local buckets and the unchecked decisions use the request's time when
+// it has one (a Limiter built with ratelimit.WithClock), else the Store's
+// clock (WithClock, default time.Now). Tests inject both and never sleep to
+// wait for refill.
+//
+// # Batches
+//
+// A Store is a ratelimit.BatchStore: ApplyBatch sends the items of live
+// partitions to the primary in one ApplyBatch when the primary has it (one
+// Apply each otherwise) and answers the others with the outage behaviour, so
+// Limiter.TryAcquireMany keeps its single round trip through the wrapper.
+//
+// A Store is safe for simultaneous use by multiple goroutines.
+package fallback

@@ -1,0 +1,428 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/memstore"
+)
+
+// ErrUnavailable is wrapped by the error a Store returns when the primary
+// cannot be reached and the outage behaviour is ReturnError, and by Reset
+// while the primary is down.
+var ErrUnavailable = errors.New("fallback: store unavailable")
+
+// DefaultProbeInterval is ProbeForever's interval when it is given none.
+const DefaultProbeInterval = 100 * time.Millisecond
+
+// probeKey is the key the default probe peeks at. It has no length frame, so
+// it is never the key of a Limiter's subject.
+const probeKey = "fallback:probe"
+
+// probeLimits is the policy of the default probe's peek.
+var probeLimits = []ratelimit.Limit{{Capacity: 1, RefillTokens: 1, RefillPeriod: time.Second}}
+
+// Pinger is the optional capability of a primary Store to check that it can
+// be reached, without touching any bucket (for Redis, a PING). When the
+// primary has it and WithProbe is not given, Probe uses it.
+type Pinger interface {
+	// Ping returns nil when the store answered within ctx.
+	Ping(ctx context.Context) error
+}
+
+// Store wraps a primary ratelimit.Store with an outage behaviour, a breaker
+// and a liveness probe. The zero Store is not usable; call New. A Store is
+// safe for simultaneous use by multiple goroutines.
+type Store struct {
+	primary  ratelimit.Store
+	outage   ratelimit.Outage
+	share    int64
+	clock    func() time.Time
+	timeout  time.Duration
+	classify func(error) bool
+	ping     func(ctx context.Context) error
+	partOf   func(ctx context.Context, key string) string
+	pingPart func(ctx context.Context, partition string) error
+	local    *memstore.Store
+
+	single  *part    // the one flag, without WithPartitions
+	parts   sync.Map // partition name -> *part, with WithPartitions
+	probing atomic.Int32
+}
+
+// Option configures a Store.
+type Option func(*config)
+
+type config struct {
+	outage   ratelimit.Outage
+	share    int64
+	clock    func() time.Time
+	timeout  time.Duration
+	classify func(error) bool
+	ping     func(ctx context.Context) error
+	partOf   func(ctx context.Context, key string) string
+	pingPart func(ctx context.Context, partition string) error
+	errs     []error
+}
+
+func (c *config) invalid(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("%w: fallback: "+format, append([]any{ratelimit.ErrInvalidArgument}, args...)...))
+}
+
+// WithOutage sets what a check does while the primary is down (default
+// ratelimit.ReturnError).
+func WithOutage(o ratelimit.Outage) Option {
+	return func(c *config) {
+		if o > ratelimit.LocalFallback {
+			c.invalid("unknown outage behaviour %d", o)
+			return
+		}
+		c.outage = o
+	}
+}
+
+// WithFleetShare tells the Store that n processes share the policy: while
+// the primary is down, LocalFallback enforces Share(limit, n) for each limit
+// of a request, so that n processes together stay near the policy instead of
+// admitting n times it. n must be at least 1 (the default, the whole
+// policy). It changes nothing for the other behaviours.
+func WithFleetShare(n int) Option {
+	return func(c *config) {
+		if n < 1 {
+			c.invalid("fleet share must be at least 1 (got %d)", n)
+			return
+		}
+		c.share = int64(n)
+	}
+}
+
+// WithClock sets the clock of the local buckets and of the unchecked
+// decisions of FailOpen and FailClosed (default time.Now). A request that
+// carries a time (Request.Now) is decided at that time instead.
+func WithClock(clock func() time.Time) Option {
+	return func(c *config) {
+		if clock == nil {
+			c.invalid("clock must not be nil")
+			return
+		}
+		c.clock = clock
+	}
+}
+
+// WithTimeout bounds each call to the primary, and each ping, to d, or to
+// the caller's deadline when that comes first. A call that runs out of time
+// marks the primary down and is answered by the outage behaviour within the
+// caller's deadline. Zero (the default) leaves only the caller's deadline.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.invalid("timeout must not be negative (got %v)", d)
+			return
+		}
+		c.timeout = d
+	}
+}
+
+// WithClassifier replaces IsUnreachable as the test of which errors of the
+// primary mark it down. An error for which it reports false is returned to
+// the caller as it is. A cancelled caller context is never an outage,
+// whatever it reports.
+func WithClassifier(unreachable func(error) bool) Option {
+	return func(c *config) {
+		if unreachable == nil {
+			c.invalid("classifier must not be nil")
+			return
+		}
+		c.classify = unreachable
+	}
+}
+
+// WithProbe sets the check that Probe runs against the primary: nil when the
+// primary answered. For Redis, a PING on a connection of its own sees the
+// server come back sooner than go-redis's pool does, which stops dialling
+// for about a second after as many failed dials as it has connections.
+// Without WithProbe, Probe uses the primary's Ping method when it has one
+// (see Pinger), and otherwise a peek at a key no Limiter uses, which writes
+// nothing.
+func WithProbe(ping func(ctx context.Context) error) Option {
+	return func(c *config) {
+		if ping == nil {
+			c.invalid("probe must not be nil")
+			return
+		}
+		c.ping = ping
+	}
+}
+
+// WithPartitions keeps one liveness flag per partition of the primary
+// instead of one for all of it. partition names the partition that serves
+// key, for example the address of the Redis Cluster master that owns the
+// key's slot; ping checks one partition, as WithProbe checks the whole
+// primary. A failure then marks down only the partition of the key that
+// failed, MarkDown and MarkAlive act on every partition seen so far, and
+// Probe pings every partition seen so far, at the same time.
+//
+// partition is called on every check, so it must be cheap and must not
+// block; go-redis's ClusterClient.MasterForKey reads its cached topology.
+func WithPartitions(partition func(ctx context.Context, key string) string, ping func(ctx context.Context, partition string) error) Option {
+	return func(c *config) {
+		if partition == nil || ping == nil {
+			c.invalid("partition and ping functions must not be nil")
+			return
+		}
+		c.partOf, c.pingPart = partition, ping
+	}
+}
+
+// New returns a Store that decides through primary while it answers, and
+// with the outage behaviour of the options while it does not. The primary is
+// assumed alive until a call fails. New does no I/O. The error wraps
+// ratelimit.ErrInvalidArgument.
+func New(primary ratelimit.Store, opts ...Option) (*Store, error) {
+	if primary == nil {
+		return nil, fmt.Errorf("%w: fallback: primary store must not be nil", ratelimit.ErrInvalidArgument)
+	}
+	c := config{outage: ratelimit.ReturnError, share: 1, clock: time.Now, classify: IsUnreachable}
+	for _, o := range opts {
+		o(&c)
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	s := &Store{
+		primary:  primary,
+		outage:   c.outage,
+		share:    c.share,
+		clock:    c.clock,
+		timeout:  c.timeout,
+		classify: c.classify,
+		ping:     c.ping,
+		partOf:   c.partOf,
+		pingPart: c.pingPart,
+		local:    memstore.New(memstore.WithClock(c.clock)),
+		single:   &part{},
+	}
+	if s.ping == nil {
+		if p, ok := primary.(Pinger); ok {
+			s.ping = p.Ping
+		} else {
+			s.ping = s.peekPrimary
+		}
+	}
+	return s, nil
+}
+
+// Apply decides r against the bucket at key: through the primary while it is
+// alive, else with the outage behaviour, at once. A call whose primary fails
+// with an unreachable error marks it down and is itself answered by the
+// outage behaviour. An invalid request is an error wrapping
+// ratelimit.ErrInvalidArgument, and a done ctx returns ctx.Err(), both
+// before anything is asked; neither marks the primary down.
+func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	if err := r.Validate(); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	p := s.partition(ctx, key)
+	gen := p.gen.Load()
+	if gen&1 != 0 {
+		return s.serve(ctx, key, r, p, nil)
+	}
+	d, err := s.callPrimary(ctx, key, r)
+	if err == nil {
+		p.answered.Add(1)
+		return d, nil
+	}
+	if !s.isOutage(ctx, err) {
+		return ratelimit.Decision{}, err
+	}
+	p.markDown(gen, err, s.clock())
+	return s.serve(ctx, key, r, p, err)
+}
+
+// Reset deletes the bucket at key in the primary and in this process. While
+// the primary is down, or when it cannot be reached, only the local bucket
+// is deleted and the error wraps ErrUnavailable, whatever the outage
+// behaviour: the shared bucket was not reset.
+func (s *Store) Reset(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	_ = s.local.Reset(context.WithoutCancel(ctx), key)
+	p := s.partition(ctx, key)
+	gen := p.gen.Load()
+	if gen&1 != 0 {
+		return p.unavailable()
+	}
+	pctx, cancel := s.withTimeout(ctx)
+	err := s.primary.Reset(pctx, key)
+	cancel()
+	if err == nil {
+		p.answered.Add(1)
+		return nil
+	}
+	if !s.isOutage(ctx, err) {
+		return err
+	}
+	p.markDown(gen, err, s.clock())
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// Outage returns the behaviour the Store applies while the primary is down.
+func (s *Store) Outage() ratelimit.Outage { return s.outage }
+
+// FleetShare returns n of WithFleetShare (1 when not set).
+func (s *Store) FleetShare() int { return int(s.share) }
+
+// Primary returns the wrapped store.
+func (s *Store) Primary() ratelimit.Store { return s.primary }
+
+// Local returns the store of the process-local buckets that LocalFallback
+// decides with, so that a caller can inspect them. Its buckets hold the
+// share's limits, not the policy's.
+func (s *Store) Local() *memstore.Store { return s.local }
+
+func (s *Store) callPrimary(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	return s.primary.Apply(ctx, key, r)
+}
+
+func (s *Store) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.timeout > 0 {
+		return context.WithTimeout(ctx, s.timeout)
+	}
+	return ctx, func() {}
+}
+
+// isOutage reports whether err, returned by the primary for a call made
+// with ctx, marks it down. A cancelled caller context never does.
+func (s *Store) isOutage(ctx context.Context, err error) bool {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return false
+	}
+	return s.classify(err)
+}
+
+// serve answers a check with the outage behaviour. cause is the error of
+// this call when it is the one that found the primary down.
+func (s *Store) serve(ctx context.Context, key string, r ratelimit.Request, p *part, cause error) (ratelimit.Decision, error) {
+	switch s.outage {
+	case ratelimit.FailOpen:
+		return s.unchecked(r, true)
+	case ratelimit.FailClosed:
+		return s.unchecked(r, false)
+	case ratelimit.LocalFallback:
+		return s.applyLocal(ctx, key, r)
+	}
+	if cause != nil {
+		return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	}
+	return ratelimit.Decision{}, p.unavailable()
+}
+
+// now returns the time of r in microseconds: its own, else the clock's.
+func (s *Store) now(r ratelimit.Request) (int64, error) {
+	t := r.Now
+	if t.IsZero() {
+		t = s.clock()
+	}
+	return ratelimit.Micros(t)
+}
+
+// unchecked returns the decision of a full bucket (open) or an empty one,
+// made with Step so that its fields follow the policy.
+func (s *Store) unchecked(r ratelimit.Request, open bool) (ratelimit.Decision, error) {
+	us, err := s.now(r)
+	if err != nil {
+		return ratelimit.Decision{}, err
+	}
+	var st ratelimit.State
+	src := ratelimit.SourceFailOpen
+	if !open {
+		st = emptyState(r.Limits, us)
+		src = ratelimit.SourceFailClosed
+	}
+	d, _, _ := st.Step(r, us)
+	d.Source = src
+	return d, nil
+}
+
+// emptyState returns a bucket that holds no token at now.
+func emptyState(limits []ratelimit.Limit, now int64) ratelimit.State {
+	st := ratelimit.State{Last: now, Bands: make([]ratelimit.Band, len(limits))}
+	for i, l := range limits {
+		st.Bands[i] = ratelimit.Band{Limit: l}
+	}
+	return st
+}
+
+// applyLocal decides r against the local bucket at key, under the share.
+func (s *Store) applyLocal(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	lr := r
+	if s.share > 1 {
+		lr.Limits = make([]ratelimit.Limit, len(r.Limits))
+		for i, l := range r.Limits {
+			lr.Limits[i] = Share(l, s.share)
+		}
+		if !r.Peek {
+			for _, l := range lr.Limits {
+				if r.Cost > l.Capacity {
+					// The share can never hold the cost: deny as an
+					// empty share would, take nothing, and ask the
+					// caller to wait for a full share.
+					pr := lr
+					pr.Peek = true
+					d, err := s.unchecked(pr, false)
+					if err != nil {
+						return ratelimit.Decision{}, err
+					}
+					d.RetryAfter = d.ResetAfter
+					d.Source = ratelimit.SourceLocal
+					return d, nil
+				}
+			}
+		}
+	}
+	if lr.Now.IsZero() {
+		lr.Now = s.clock()
+	}
+	// The call that found the primary down may have spent the caller's
+	// deadline on it; the local decision does not block, so it is still
+	// made.
+	d, err := s.local.Apply(context.WithoutCancel(ctx), key, lr)
+	if err != nil {
+		return ratelimit.Decision{}, err
+	}
+	d.Source = ratelimit.SourceLocal
+	return d, nil
+}
+
+// peekPrimary is the default probe: a peek at probeKey, which writes nothing
+// when the bucket is missing.
+func (s *Store) peekPrimary(ctx context.Context) error {
+	_, err := s.primary.Apply(ctx, probeKey, ratelimit.Request{Limits: probeLimits, Peek: true})
+	return err
+}
+
+// Share returns the limit each of n processes enforces during an outage so
+// that together they stay near l: capacity and refill tokens divided by n,
+// rounded down but at least 1, over the same refill period. Share(l, 1) is
+// l. The result is valid whenever l is.
+func Share(l ratelimit.Limit, n int64) ratelimit.Limit {
+	if n <= 1 {
+		return l
+	}
+	return ratelimit.Limit{
+		Capacity:     max(1, l.Capacity/n),
+		RefillTokens: max(1, l.RefillTokens/n),
+		RefillPeriod: l.RefillPeriod,
+	}
+}

@@ -1,0 +1,806 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/memstore"
+)
+
+var perMinute100 = ratelimit.PerMinute(100)
+
+func TestNewRejectsInvalidOptions(t *testing.T) {
+	p := newFakePrimary(time.Now)
+	tests := []struct {
+		name string
+		prim ratelimit.Store
+		opts []Option
+		want string
+	}{
+		{"a nil primary", nil, nil, "primary store must not be nil"},
+		{"a fleet share of 0", p, []Option{WithFleetShare(0)}, "fleet share must be at least 1"},
+		{"an unknown outage", p, []Option{WithOutage(ratelimit.Outage(9))}, "unknown outage behaviour"},
+		{"a negative timeout", p, []Option{WithTimeout(-time.Second)}, "timeout must not be negative"},
+		{"a nil clock", p, []Option{WithClock(nil)}, "clock must not be nil"},
+		{"a nil classifier", p, []Option{WithClassifier(nil)}, "classifier must not be nil"},
+		{"a nil probe", p, []Option{WithProbe(nil)}, "probe must not be nil"},
+		{"a nil partition ping", p, []Option{WithPartitions(func(context.Context, string) string { return "" }, nil)}, "must not be nil"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+" is an invalid argument", func(t *testing.T) {
+			s, err := New(tt.prim, tt.opts...)
+			if s != nil || !errors.Is(err, ratelimit.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New = %v, %v; want nil and an ErrInvalidArgument saying %q", s, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	s := mustNew(t, newFakePrimary(time.Now))
+	if s.Outage() != ratelimit.ReturnError || s.FleetShare() != 1 || !s.IsAlive() || s.Probing() {
+		t.Fatalf("defaults: outage %v, share %d, alive %v, probing %v; want return-error, 1, true, false",
+			s.Outage(), s.FleetShare(), s.IsAlive(), s.Probing())
+	}
+}
+
+func TestAliveDecisionsAreThePrimarys(t *testing.T) {
+	clk := newFakeClock()
+	p := newFakePrimary(clk.Now)
+	ref := memstore.New(memstore.WithClock(clk.Now))
+	s := mustNew(t, p, WithOutage(ratelimit.LocalFallback), WithClock(clk.Now))
+	ctx := context.Background()
+	for i := range 120 {
+		r := req(perMinute100, 1, clk.Now())
+		got, err := s.Apply(ctx, "k", r)
+		want, _ := ref.Apply(ctx, "k", r)
+		if err != nil || got != want {
+			t.Fatalf("check %d = %+v, %v; want %+v", i, got, err, want)
+		}
+		clk.Advance(100 * time.Millisecond)
+	}
+	if got := p.calls.Load(); got != 120 {
+		t.Errorf("primary calls = %d, want 120", got)
+	}
+	if s.Local().Len() != 0 {
+		t.Errorf("local buckets = %d while alive, want 0", s.Local().Len())
+	}
+}
+
+// TestOutageBehaviours checks each behaviour on the call that finds the
+// primary down and on the next one, which must not touch the primary.
+func TestOutageBehaviours(t *testing.T) {
+	lim := ratelimit.NewLimit(10, time.Second, 20) // 20 burst, 10/s: a token per 100 ms
+	tests := []struct {
+		outage ratelimit.Outage
+		check  func(t *testing.T, d ratelimit.Decision, err error, first bool)
+	}{
+		{ratelimit.ReturnError, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
+			if !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("err = %v, want ErrUnavailable", err)
+			}
+			if got := errors.Is(err, syscall.ECONNREFUSED); got != first {
+				t.Errorf("errors.Is(err, ECONNREFUSED) = %v, want %v (only the call that saw it wraps it)", got, first)
+			}
+			if !first && !strings.Contains(err.Error(), "connection refused") {
+				t.Errorf("breaker error %q does not name the cause", err)
+			}
+		}},
+		{ratelimit.FailOpen, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
+			want := ratelimit.Decision{Allowed: true, Remaining: 17, ResetAfter: 300 * time.Millisecond, Limit: lim, Source: ratelimit.SourceFailOpen}
+			if err != nil || d != want {
+				t.Fatalf("= %+v, %v; want %+v (a full bucket's answer)", d, err, want)
+			}
+			if d.Enforced() {
+				t.Error("a fail-open decision says it was enforced")
+			}
+		}},
+		{ratelimit.FailClosed, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
+			want := ratelimit.Decision{Allowed: false, RetryAfter: 300 * time.Millisecond, ResetAfter: 2 * time.Second, Limit: lim, Source: ratelimit.SourceFailClosed}
+			if err != nil || d != want {
+				t.Fatalf("= %+v, %v; want %+v (an empty bucket's answer)", d, err, want)
+			}
+		}},
+		{ratelimit.LocalFallback, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
+			remaining := int64(17)
+			if !first {
+				remaining = 14
+			}
+			want := ratelimit.Decision{Allowed: true, Remaining: remaining, ResetAfter: time.Duration(20-remaining) * 100 * time.Millisecond, Limit: lim, Source: ratelimit.SourceLocal}
+			if err != nil || d != want {
+				t.Fatalf("= %+v, %v; want %+v", d, err, want)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.outage.String(), func(t *testing.T) {
+			clk := newFakeClock()
+			p := newFakePrimary(clk.Now)
+			s := mustNew(t, p, WithOutage(tt.outage), WithClock(clk.Now))
+			ctx := context.Background()
+			p.set(refused)
+			d, err := s.Apply(ctx, "k", req(lim, 3, clk.Now()))
+			t.Run("the call that finds the primary down", func(t *testing.T) { tt.check(t, d, err, true) })
+			if s.IsAlive() {
+				t.Fatal("IsAlive after a refused connection")
+			}
+			d, err = s.Apply(ctx, "k", req(lim, 3, clk.Now()))
+			t.Run("the next call, answered by the breaker", func(t *testing.T) { tt.check(t, d, err, false) })
+			if got := p.calls.Load(); got != 1 {
+				t.Errorf("primary calls = %d, want 1: the breaker must answer without it", got)
+			}
+		})
+	}
+}
+
+func TestPeekDuringAnOutage(t *testing.T) {
+	lim := ratelimit.PerSecond(5)
+	for _, o := range []ratelimit.Outage{ratelimit.FailOpen, ratelimit.FailClosed, ratelimit.LocalFallback} {
+		clk := newFakeClock()
+		s := mustNew(t, newFakePrimary(clk.Now), WithOutage(o), WithClock(clk.Now))
+		s.MarkDown()
+		d, err := s.Apply(context.Background(), "k", ratelimit.Request{Limits: []ratelimit.Limit{lim}, Peek: true})
+		wantAllowed := o != ratelimit.FailClosed
+		if err != nil || d.Allowed != wantAllowed {
+			t.Errorf("%v: peek = %+v, %v; want allowed %v", o, d, err, wantAllowed)
+		}
+		if o == ratelimit.LocalFallback && s.Local().Len() != 0 {
+			t.Errorf("%v: a peek at a missing bucket stored one", o)
+		}
+	}
+}
+
+// TestErrorsThatAreNotOutages checks that the caller's own errors and the
+// store's answers leave the primary alive and reach the caller unchanged.
+func TestErrorsThatAreNotOutages(t *testing.T) {
+	_, invalidErr := ratelimit.New[string](memstore.New(), ratelimit.Limit{})
+	corrupt := fmt.Errorf("%w: redis check of %q: bad level", ratelimit.ErrCorruptState, "k")
+	script := errors.New("ERR Error running script (call to f_x): @user_script:1: boom")
+	for _, o := range []ratelimit.Outage{ratelimit.ReturnError, ratelimit.FailOpen, ratelimit.FailClosed, ratelimit.LocalFallback} {
+		t.Run(o.String(), func(t *testing.T) {
+			for _, fail := range []error{invalidErr, corrupt, script} {
+				p := newFakePrimary(time.Now)
+				s := mustNew(t, p, WithOutage(o))
+				p.failWith(fail)
+				_, err := s.Apply(context.Background(), "k", req(perMinute100, 1, time.Time{}))
+				if err != fail || !s.IsAlive() {
+					t.Errorf("primary error %q: got %v, alive %v; want the error itself and still alive", fail, err, s.IsAlive())
+				}
+			}
+
+			p := newFakePrimary(time.Now)
+			s := mustNew(t, p, WithOutage(o))
+			if _, err := s.Apply(context.Background(), "k", req(perMinute100, 101, time.Time{})); !errors.Is(err, ratelimit.ErrInvalidArgument) || p.calls.Load() != 0 {
+				t.Errorf("cost above capacity: err %v, primary calls %d; want ErrInvalidArgument before any call", err, p.calls.Load())
+			}
+			done, cancel := context.WithCancel(context.Background())
+			cancel()
+			if _, err := s.Apply(done, "k", req(perMinute100, 1, time.Time{})); err != context.Canceled || p.calls.Load() != 0 {
+				t.Errorf("done context: err %v, primary calls %d; want context.Canceled before any call", err, p.calls.Load())
+			}
+
+			p.set(hung)
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(20*time.Millisecond, cancel)
+			if _, err := s.Apply(ctx, "k", req(perMinute100, 1, time.Time{})); !errors.Is(err, context.Canceled) {
+				t.Errorf("caller cancelled during the call: err %v, want context.Canceled", err)
+			}
+			if !s.IsAlive() {
+				t.Error("a cancellation by the caller marked the primary down")
+			}
+		})
+	}
+}
+
+// TestHungPrimaryCostsTheDeadline checks that a primary that never answers
+// costs the call in flight its deadline (or WithTimeout's) and no more, and
+// the following calls nothing.
+func TestHungPrimaryCostsTheDeadline(t *testing.T) {
+	checkNoLeak(t)
+	const deadline = 50 * time.Millisecond
+	const slack = 500 * time.Millisecond // a loaded machine under -race
+	t.Run("the caller's deadline", func(t *testing.T) {
+		p := newFakePrimary(time.Now)
+		s := mustNew(t, p, WithOutage(ratelimit.LocalFallback))
+		p.set(hung)
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		d, err := s.Apply(ctx, "k", req(perMinute100, 1, time.Time{}))
+		took := time.Since(start)
+		if err != nil || !d.Allowed || d.Source != ratelimit.SourceLocal {
+			t.Fatalf("= %+v, %v; want a local admission", d, err)
+		}
+		if took < deadline || took > deadline+slack {
+			t.Errorf("the hung call took %v, want its deadline %v (+ at most %v)", took, deadline, slack)
+		}
+	})
+	t.Run("WithTimeout shorter than the caller's deadline", func(t *testing.T) {
+		p := newFakePrimary(time.Now)
+		s := mustNew(t, p, WithOutage(ratelimit.FailOpen), WithTimeout(deadline))
+		p.set(hung)
+		start := time.Now()
+		d, err := s.Apply(context.Background(), "k", req(perMinute100, 1, time.Time{}))
+		took := time.Since(start)
+		if err != nil || d.Source != ratelimit.SourceFailOpen {
+			t.Fatalf("= %+v, %v; want a fail-open admission", d, err)
+		}
+		if took < deadline || took > deadline+slack {
+			t.Errorf("the hung call took %v, want the timeout %v (+ at most %v)", took, deadline, slack)
+		}
+		start = time.Now()
+		for range 100 {
+			s.Apply(context.Background(), "k", req(perMinute100, 1, time.Time{}))
+		}
+		if took := time.Since(start); took > slack {
+			t.Errorf("100 checks on the open breaker took %v", took)
+		}
+		if p.calls.Load() != 1 {
+			t.Errorf("primary calls = %d, want 1", p.calls.Load())
+		}
+	})
+	t.Run("concurrent calls in flight each cost one deadline, later ones none", func(t *testing.T) {
+		const deadline = 4 * deadline
+		p := newFakePrimary(time.Now)
+		s := mustNew(t, p, WithOutage(ratelimit.FailClosed))
+		p.set(hung)
+		var wg sync.WaitGroup
+		var slow atomic.Int64
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 50 {
+					start := time.Now()
+					ctx, cancel := context.WithTimeout(context.Background(), deadline)
+					d, err := s.Apply(ctx, "k", req(perMinute100, 1, time.Time{}))
+					took := time.Since(start)
+					cancel()
+					if errors.Is(err, context.DeadlineExceeded) && took >= deadline {
+						// This goroutine was not scheduled before its
+						// deadline: Apply returns the done context.
+						slow.Add(1)
+						continue
+					}
+					if err != nil || d.Source != ratelimit.SourceFailClosed {
+						t.Errorf("= %+v, %v; want a fail-closed denial", d, err)
+						return
+					}
+					if took > deadline+slack {
+						t.Errorf("a check took %v, past its deadline %v", took, deadline)
+					}
+					if took >= deadline/2 {
+						slow.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if n := slow.Load(); n > 8 {
+			t.Errorf("%d checks waited on the hung primary, want at most one per goroutine (8)", n)
+		}
+	})
+}
+
+// TestLocalFallbackIsTheSameArithmetic runs random checks on a Store that is
+// down and on a memstore, and wants the same decisions.
+func TestLocalFallbackIsTheSameArithmetic(t *testing.T) {
+	clk := newFakeClock()
+	s := mustNew(t, newFakePrimary(clk.Now), WithOutage(ratelimit.LocalFallback), WithClock(clk.Now))
+	s.MarkDown()
+	ref := memstore.New(memstore.WithClock(clk.Now))
+	policies := [][]ratelimit.Limit{
+		{ratelimit.NewLimit(7, 3*time.Second, 11)},
+		{ratelimit.PerSecond(3), ratelimit.PerMinute(20)},
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	ctx := context.Background()
+	for i := range 3000 {
+		limits := policies[rng.IntN(len(policies))]
+		r := ratelimit.Request{Limits: limits, Cost: 1 + rng.Int64N(3), Peek: rng.IntN(5) == 0}
+		if rng.IntN(2) == 0 {
+			r.Now = clk.Now()
+		}
+		key := fmt.Sprint("k", rng.IntN(3))
+		got, err := s.Apply(ctx, key, r)
+		want, werr := ref.Apply(ctx, key, r)
+		want.Source = ratelimit.SourceLocal
+		if err != nil || werr != nil || got != want {
+			t.Fatalf("check %d %+v on %s = %+v, %v; memstore says %+v, %v", i, r, key, got, err, want, werr)
+		}
+		clk.Advance(time.Duration(rng.Int64N(int64(700 * time.Millisecond))))
+	}
+}
+
+func TestShare(t *testing.T) {
+	tests := []struct {
+		name string
+		l    ratelimit.Limit
+		n    int64
+		want ratelimit.Limit
+	}{
+		{"a share of 1 is the policy", ratelimit.PerSecond(100), 1, ratelimit.PerSecond(100)},
+		{"a share below 1 is the policy", ratelimit.PerSecond(100), 0, ratelimit.PerSecond(100)},
+		{"capacity and refill divide", ratelimit.PerSecond(100), 4, ratelimit.PerSecond(25)},
+		{"they round down", ratelimit.NewLimit(10, time.Minute, 30), 4, ratelimit.NewLimit(2, time.Minute, 7)},
+		{"but never below 1", ratelimit.NewLimit(2, time.Hour, 3), 5, ratelimit.NewLimit(1, time.Hour, 1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Share(tt.l, tt.n)
+			if got != tt.want {
+				t.Fatalf("Share(%v, %d) = %v, want %v", tt.l, tt.n, got, tt.want)
+			}
+			if err := got.Validate(); err != nil {
+				t.Fatalf("Share(%v, %d) is invalid: %v", tt.l, tt.n, err)
+			}
+		})
+	}
+}
+
+func TestFleetShareDuringAnOutage(t *testing.T) {
+	clk := newFakeClock()
+	s := mustNew(t, newFakePrimary(clk.Now), WithOutage(ratelimit.LocalFallback), WithFleetShare(4), WithClock(clk.Now))
+	s.MarkDown()
+	ctx := context.Background()
+	share := ratelimit.PerMinute(25)
+	admitted := 0
+	for range 40 {
+		d, err := s.Apply(ctx, "k", req(perMinute100, 1, clk.Now()))
+		if err != nil || d.Source != ratelimit.SourceLocal || d.Limit != share {
+			t.Fatalf("= %+v, %v; want a local decision bound by the share %v", d, err, share)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 25 {
+		t.Errorf("admitted %d of 100/min with a share of 4 and the clock stopped, want 25", admitted)
+	}
+	clk.Advance(12 * time.Second) // 25/min refills 5 tokens in 12 s
+	for range 10 {
+		if d, _ := s.Apply(ctx, "k", req(perMinute100, 1, clk.Now())); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 30 {
+		t.Errorf("admitted %d after 12 s, want 30", admitted)
+	}
+
+	t.Run("a cost above the share's capacity is denied without taking", func(t *testing.T) {
+		d, err := s.Apply(ctx, "big", req(perMinute100, 26, clk.Now()))
+		want := ratelimit.Decision{Allowed: false, RetryAfter: time.Minute, ResetAfter: time.Minute, Limit: share, Source: ratelimit.SourceLocal}
+		if err != nil || d != want {
+			t.Fatalf("= %+v, %v; want %+v", d, err, want)
+		}
+		if d, _ := s.Apply(ctx, "big", req(perMinute100, 25, clk.Now())); !d.Allowed {
+			t.Fatalf("the share's full capacity was not there after the denial: %+v", d)
+		}
+	})
+}
+
+// TestFleetShareBound runs n processes, each with a share of n, through an
+// outage, and checks the documented bound on what they admit together:
+// n·max(1, ⌊C/n⌋) + n·max(1, ⌊R/n⌋)·T/P.
+func TestFleetShareBound(t *testing.T) {
+	policies := []ratelimit.Limit{ratelimit.PerSecond(10), ratelimit.NewLimit(7, time.Second, 30), ratelimit.NewLimit(2, time.Second, 3)}
+	for _, policy := range policies {
+		for _, n := range []int64{1, 3, 5} {
+			t.Run(fmt.Sprintf("%v over %d processes", policy, n), func(t *testing.T) {
+				clk := newFakeClock()
+				fleet := make([]*Store, n)
+				for i := range fleet {
+					fleet[i] = mustNew(t, newFakePrimary(clk.Now), WithOutage(ratelimit.LocalFallback), WithFleetShare(int(n)), WithClock(clk.Now))
+					fleet[i].MarkDown()
+				}
+				rng := rand.New(rand.NewPCG(uint64(n), 7))
+				start := clk.Now()
+				admitted := int64(0)
+				for range 5000 {
+					d, err := fleet[rng.IntN(len(fleet))].Apply(context.Background(), "k", req(policy, 1, clk.Now()))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Allowed {
+						admitted++
+					}
+					clk.Advance(time.Duration(rng.Int64N(int64(5 * time.Millisecond))))
+				}
+				elapsed := clk.Now().Sub(start)
+				sh := Share(policy, n)
+				bound := n*sh.Capacity + n*sh.RefillTokens*int64(elapsed)/int64(policy.RefillPeriod)
+				policyBound := policy.Capacity + policy.RefillTokens*int64(elapsed)/int64(policy.RefillPeriod)
+				t.Logf("admitted %d over %v; bound %d; the policy alone allows %d", admitted, elapsed, bound, policyBound)
+				if admitted > bound {
+					t.Errorf("admitted %d, above the bound %d", admitted, bound)
+				}
+				if policy.Capacity >= n && policy.RefillTokens >= n && admitted > policyBound {
+					t.Errorf("admitted %d, above the policy's %d although C and R are at least n", admitted, policyBound)
+				}
+			})
+		}
+	}
+}
+
+func TestProbe(t *testing.T) {
+	checkNoLeak(t)
+	ctx := context.Background()
+	t.Run("a ping that fails keeps the primary down, one that answers brings it back", func(t *testing.T) {
+		p := newFakePrimary(time.Now)
+		s := mustNew(t, pingingPrimary{p}, WithOutage(ratelimit.LocalFallback))
+		p.set(refused)
+		s.Apply(ctx, "k", req(perMinute100, 1, time.Time{}))
+		if s.IsAlive() || s.Probe(ctx) || s.IsAlive() {
+			t.Fatal("down, probed while refused: want still down and Probe false")
+		}
+		p.set(up)
+		if !s.Probe(ctx) || !s.IsAlive() {
+			t.Fatal("probed while up: want alive and Probe true")
+		}
+		if d, err := s.Apply(ctx, "k", req(perMinute100, 1, time.Time{})); err != nil || d.Source != ratelimit.SourceStore {
+			t.Fatalf("after the probe: %+v, %v; want the primary's decision", d, err)
+		}
+		if p.pings.Load() != 2 {
+			t.Errorf("pings = %d, want 2 (the primary's Ping method)", p.pings.Load())
+		}
+	})
+	t.Run("a probe that sees the primary gone marks it down", func(t *testing.T) {
+		p := newFakePrimary(time.Now)
+		s := mustNew(t, pingingPrimary{p}, WithOutage(ratelimit.FailClosed))
+		p.set(refused)
+		if s.Probe(ctx) || s.IsAlive() {
+			t.Fatal("want down after a failed ping")
+		}
+		calls := p.calls.Load()
+		if d, _ := s.Apply(ctx, "k", req(perMinute100, 1, time.Time{})); d.Source != ratelimit.SourceFailClosed || p.calls.Load() != calls {
+			t.Fatalf("after the probe marked it down: %+v, primary calls %d -> %d", d, calls, p.calls.Load())
+		}
+	})
+	t.Run("a probe on a hung primary marks it down at its deadline", func(t *testing.T) {
+		p := newFakePrimary(time.Now)
+		s := mustNew(t, pingingPrimary{p})
+		p.set(hung)
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		if s.Probe(pctx) || s.IsAlive() {
+			t.Fatal("want down after a ping that timed out")
+		}
+	})
+	t.Run("a cancelled probe changes nothing", func(t *testing.T) {
+		p := newFakePrimary(time.Now)
+		s := mustNew(t, pingingPrimary{p})
+		p.set(hung)
+		pctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(10*time.Millisecond, cancel)
+		if s.Probe(pctx) || !s.IsAlive() {
+			t.Fatal("a cancelled probe: want false and still alive")
+		}
+		s.MarkDown()
+		pctx, cancel = context.WithCancel(ctx)
+		time.AfterFunc(10*time.Millisecond, cancel)
+		if s.Probe(pctx) || s.IsAlive() {
+			t.Fatal("a cancelled probe of a down primary: want false and still down")
+		}
+	})
+	t.Run("without a Pinger the probe peeks and writes nothing", func(t *testing.T) {
+		p := newFakePrimary(time.Now)
+		s := mustNew(t, p)
+		s.MarkDown()
+		if !s.Probe(ctx) || !s.IsAlive() {
+			t.Fatal("want alive after a peek that answered")
+		}
+		if p.calls.Load() != 1 || p.store.Len() != 0 {
+			t.Errorf("primary calls %d, buckets %d; want 1 and 0", p.calls.Load(), p.store.Len())
+		}
+	})
+	t.Run("WithProbe is used instead of the primary's Ping", func(t *testing.T) {
+		p := newFakePrimary(time.Now)
+		var probes atomic.Int64
+		s := mustNew(t, pingingPrimary{p}, WithProbe(func(context.Context) error { probes.Add(1); return nil }))
+		s.MarkDown()
+		if !s.Probe(ctx) || probes.Load() != 1 || p.pings.Load() != 0 {
+			t.Fatalf("probe %v, WithProbe calls %d, Ping calls %d; want true, 1, 0", s.IsAlive(), probes.Load(), p.pings.Load())
+		}
+	})
+	t.Run("WithTimeout bounds the ping", func(t *testing.T) {
+		p := newFakePrimary(time.Now)
+		s := mustNew(t, pingingPrimary{p}, WithTimeout(20*time.Millisecond))
+		p.set(hung)
+		start := time.Now()
+		if s.Probe(ctx) || s.IsAlive() {
+			t.Fatal("want down")
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("the probe took %v", took)
+		}
+	})
+}
+
+// TestStaleResultsDoNotFlipTheFlag checks the generation guard: a failure
+// of a call that started before the primary went down and came back does not
+// mark it down again, and a ping that answered before a newer failure does
+// not bring it back.
+func TestStaleResultsDoNotFlipTheFlag(t *testing.T) {
+	checkNoLeak(t)
+	ctx := context.Background()
+	t.Run("a stale failure", func(t *testing.T) {
+		p := newFakePrimary(time.Now)
+		s := mustNew(t, p, WithOutage(ratelimit.FailOpen))
+		gate := make(chan struct{})
+		p.gate.Store(&gate)
+		p.set(refused)
+		done := make(chan ratelimit.Decision)
+		go func() {
+			d, _ := s.Apply(ctx, "k", req(perMinute100, 1, time.Time{}))
+			done <- d
+		}()
+		for p.calls.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		s.MarkDown()
+		s.MarkAlive()
+		close(gate)
+		if d := <-done; d.Source != ratelimit.SourceFailOpen {
+			t.Errorf("the failed call = %+v, want a fail-open answer", d)
+		}
+		if !s.IsAlive() {
+			t.Error("a failure older than the last recovery marked the primary down")
+		}
+	})
+	t.Run("a stale success", func(t *testing.T) {
+		p := newFakePrimary(time.Now)
+		s := mustNew(t, pingingPrimary{p})
+		s.MarkDown()
+		gate := make(chan struct{})
+		p.gate.Store(&gate)
+		done := make(chan bool)
+		go func() { done <- s.Probe(ctx) }()
+		for p.pings.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		s.MarkAlive()
+		s.MarkDown() // a newer failure
+		close(gate)
+		if !<-done {
+			t.Error("the ping answered but Probe reported false")
+		}
+		if s.IsAlive() {
+			t.Error("a ping older than the last failure brought the primary back")
+		}
+	})
+}
+
+// TestSlowProbeBesideAnsweredChecks checks that a ping that fails while the
+// primary answers checks (a loaded machine delayed the probe's own
+// connection) does not mark the primary down, and that one that fails while
+// nothing is answered does.
+func TestSlowProbeBesideAnsweredChecks(t *testing.T) {
+	ctx := context.Background()
+	p := newFakePrimary(time.Now)
+	started, release := make(chan struct{}), make(chan struct{})
+	s := mustNew(t, p, WithProbe(func(context.Context) error {
+		started <- struct{}{}
+		<-release
+		return context.DeadlineExceeded
+	}))
+	done := make(chan bool)
+	go func() { done <- s.Probe(ctx) }()
+	<-started
+	if _, err := s.Apply(ctx, "k", req(perMinute100, 1, time.Time{})); err != nil {
+		t.Fatal(err)
+	}
+	release <- struct{}{}
+	if <-done || !s.IsAlive() {
+		t.Fatal("a failed probe while a check was answered: want Probe false and still alive")
+	}
+	go func() { done <- s.Probe(ctx) }()
+	<-started
+	release <- struct{}{}
+	if <-done || s.IsAlive() {
+		t.Fatal("a failed probe with no check answered: want down")
+	}
+}
+
+func TestProbeForever(t *testing.T) {
+	checkNoLeak(t)
+	p := newFakePrimary(time.Now)
+	s := mustNew(t, pingingPrimary{p}, WithOutage(ratelimit.LocalFallback))
+	ctx, cancel := context.WithCancel(context.Background())
+	reports := make(chan bool, 100)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		s.ProbeForever(ctx, 5*time.Millisecond, func(alive bool) {
+			select {
+			case reports <- alive:
+			default:
+			}
+		})
+	}()
+	wait := func(want bool) {
+		t.Helper()
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case got := <-reports:
+				if got == want {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no report of alive=%v within 5 s", want)
+			}
+		}
+	}
+	wait(true)
+	if !s.Probing() {
+		t.Error("Probing() = false while ProbeForever runs")
+	}
+	p.set(refused)
+	wait(false)
+	if s.IsAlive() {
+		t.Error("the probe reported the primary gone but did not mark it down")
+	}
+	p.set(up)
+	wait(true)
+	if !s.IsAlive() {
+		t.Error("the probe reported the primary back but did not mark it alive")
+	}
+	p.set(hung)
+	time.Sleep(20 * time.Millisecond) // let a probe start waiting
+	cancelAt := time.Now()
+	cancel()
+	select {
+	case <-stopped:
+		if took := time.Since(cancelAt); took > 500*time.Millisecond {
+			t.Errorf("ProbeForever took %v to return from a hung probe after its context was cancelled", took)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ProbeForever did not return after its context was cancelled")
+	}
+	if !s.IsAlive() {
+		t.Error("cancelling ProbeForever during a probe marked the primary down")
+	}
+	if s.Probing() {
+		t.Error("Probing() = true after ProbeForever returned")
+	}
+}
+
+func TestProbeForeverDefaultInterval(t *testing.T) {
+	checkNoLeak(t)
+	s := mustNew(t, pingingPrimary{newFakePrimary(time.Now)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var times []time.Time
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.ProbeForever(ctx, 0, func(bool) {
+			mu.Lock()
+			times = append(times, time.Now())
+			if len(times) == 3 {
+				cancel()
+			}
+			mu.Unlock()
+		})
+	}()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(times) < 3 {
+		t.Fatalf("%d reports, want 3", len(times))
+	}
+	if gap := times[2].Sub(times[0]); gap < 2*DefaultProbeInterval-20*time.Millisecond {
+		t.Errorf("three reports within %v, want about 2 × %v apart", gap, DefaultProbeInterval)
+	}
+}
+
+func TestPartitions(t *testing.T) {
+	ctx := context.Background()
+	p := newFakePrimary(time.Now)
+	var deadPart atomic.Value
+	deadPart.Store("")
+	// The partition is the key's first letter; keys of the dead partition
+	// are refused, the others go through.
+	partOf := func(_ context.Context, key string) string { return key[:1] }
+	prim := &partitionedPrimary{fakePrimary: p, dead: &deadPart}
+	var pinged sync.Map
+	ping := func(_ context.Context, part string) error {
+		pinged.Store(part, true)
+		if part == deadPart.Load().(string) {
+			return refusedError()
+		}
+		return nil
+	}
+	s := mustNew(t, prim, WithOutage(ratelimit.ReturnError), WithPartitions(partOf, ping))
+	for _, k := range []string{"a1", "b1", "c1"} {
+		if _, err := s.Apply(ctx, k, req(perMinute100, 1, time.Time{})); err != nil {
+			t.Fatalf("%s while all up: %v", k, err)
+		}
+	}
+	deadPart.Store("a")
+	if _, err := s.Apply(ctx, "a2", req(perMinute100, 1, time.Time{})); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a key of the dead partition: %v, want ErrUnavailable", err)
+	}
+	for _, k := range []string{"b2", "c2", "b3"} {
+		if d, err := s.Apply(ctx, k, req(perMinute100, 1, time.Time{})); err != nil || d.Source != ratelimit.SourceStore {
+			t.Fatalf("%s of a live partition: %+v, %v; want the primary's decision", k, d, err)
+		}
+	}
+	if s.IsAlive() {
+		t.Error("IsAlive with one partition down")
+	}
+	if s.Probe(ctx) {
+		t.Error("Probe = true with one partition still dead")
+	}
+	for _, part := range []string{"a", "b", "c"} {
+		if _, ok := pinged.Load(part); !ok {
+			t.Errorf("partition %s was not pinged", part)
+		}
+	}
+	deadPart.Store("")
+	if !s.Probe(ctx) || !s.IsAlive() {
+		t.Fatal("want every partition alive after a probe that reached them all")
+	}
+	s.MarkDown()
+	if _, err := s.Apply(ctx, "c3", req(perMinute100, 1, time.Time{})); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("after MarkDown: %v, want ErrUnavailable on every partition", err)
+	}
+	s.MarkAlive()
+	if _, err := s.Apply(ctx, "a3", req(perMinute100, 1, time.Time{})); err != nil {
+		t.Errorf("after MarkAlive: %v", err)
+	}
+}
+
+// partitionedPrimary refuses the keys of one partition.
+type partitionedPrimary struct {
+	*fakePrimary
+	dead *atomic.Value
+}
+
+func (p *partitionedPrimary) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	if key[:1] == p.dead.Load().(string) {
+		return ratelimit.Decision{}, refusedError()
+	}
+	return p.fakePrimary.Apply(ctx, key, r)
+}
+
+func TestReset(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	p := newFakePrimary(clk.Now)
+	s := mustNew(t, p, WithOutage(ratelimit.LocalFallback), WithClock(clk.Now))
+	drain := func() {
+		for range 100 {
+			s.Apply(ctx, "k", req(perMinute100, 1, clk.Now()))
+		}
+	}
+	drain()
+	if err := s.Reset(ctx, "k"); err != nil {
+		t.Fatalf("Reset while alive: %v", err)
+	}
+	if d, _ := s.Apply(ctx, "k", req(perMinute100, 1, clk.Now())); d.Remaining != 99 || d.Source != ratelimit.SourceStore {
+		t.Fatalf("after Reset: %+v, want a full shared bucket", d)
+	}
+	p.set(refused)
+	drain() // marks down, then drains the local bucket
+	if err := s.Reset(ctx, "k"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Reset while down: %v, want ErrUnavailable", err)
+	}
+	if d, _ := s.Apply(ctx, "k", req(perMinute100, 1, clk.Now())); d.Remaining != 99 || d.Source != ratelimit.SourceLocal {
+		t.Fatalf("after Reset while down: %+v, want a full local bucket", d)
+	}
+	s.MarkAlive()
+	if err := s.Reset(ctx, "k"); !errors.Is(err, ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) || s.IsAlive() {
+		t.Fatalf("Reset on a refused primary: %v, alive %v; want ErrUnavailable wrapping the cause, and down", err, s.IsAlive())
+	}
+}

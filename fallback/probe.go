@@ -1,0 +1,234 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// minProbeBound is the least time ProbeForever gives one probe.
+const minProbeBound = time.Second
+
+// part is the liveness flag of the primary, or of one partition of it.
+type part struct {
+	// gen counts transitions: even while alive, odd while down. A
+	// transition is a compare-and-swap from the generation its caller
+	// observed, so a call that started before the primary went down and
+	// came back cannot mark it down again with its stale failure, and a
+	// probe that started before a failure cannot undo it.
+	gen   atomic.Uint64
+	cause atomic.Pointer[downCause]
+	// answered counts the checks the primary answered. A probe that fails
+	// while it moves was slow on its own connection: the primary was
+	// answering, so the probe does not mark it down.
+	answered atomic.Uint64
+}
+
+type downCause struct {
+	err error
+	at  time.Time
+}
+
+// errMarkedDown is the cause recorded by MarkDown.
+var errMarkedDown = errors.New("marked down by the caller")
+
+func (p *part) alive() bool { return p.gen.Load()&1 == 0 }
+
+// markDown marks the partition down if it is still in generation gen and
+// alive, and records why.
+func (p *part) markDown(gen uint64, err error, at time.Time) bool {
+	if gen&1 != 0 {
+		return false
+	}
+	if !p.gen.CompareAndSwap(gen, gen+1) {
+		return false
+	}
+	p.cause.Store(&downCause{err: err, at: at})
+	return true
+}
+
+// markAlive marks the partition alive if it is still in generation gen and
+// down.
+func (p *part) markAlive(gen uint64) bool {
+	return gen&1 != 0 && p.gen.CompareAndSwap(gen, gen+1)
+}
+
+// unavailable is the error of a check answered by the breaker under
+// ReturnError. It names the error that marked the primary down without
+// wrapping it, so that errors.Is(err, context.DeadlineExceeded) does not
+// mistake an instant answer for the caller's deadline.
+func (p *part) unavailable() error {
+	if c := p.cause.Load(); c != nil {
+		return fmt.Errorf("%w (down since %s: %v)", ErrUnavailable, c.at.Format(time.RFC3339Nano), c.err)
+	}
+	return ErrUnavailable
+}
+
+// partition returns the flag that guards key.
+func (s *Store) partition(ctx context.Context, key string) *part {
+	if s.partOf == nil {
+		return s.single
+	}
+	name := s.partOf(ctx, key)
+	if p, ok := s.parts.Load(name); ok {
+		return p.(*part)
+	}
+	p, _ := s.parts.LoadOrStore(name, &part{})
+	return p.(*part)
+}
+
+// each calls fn on every flag: the single one, or every partition seen.
+func (s *Store) each(fn func(name string, p *part)) {
+	if s.partOf == nil {
+		fn("", s.single)
+		return
+	}
+	s.parts.Range(func(k, v any) bool {
+		fn(k.(string), v.(*part))
+		return true
+	})
+}
+
+// IsAlive reports whether checks go to the primary: false while it is marked
+// down (with WithPartitions, while any partition seen so far is), waiting for
+// a probe to find it again.
+func (s *Store) IsAlive() bool {
+	alive := true
+	s.each(func(_ string, p *part) { alive = alive && p.alive() })
+	return alive
+}
+
+// MarkDown marks the primary down without waiting for a call to fail, as a
+// probe does when it sees it go away. With WithPartitions it marks every
+// partition seen so far. Checks are answered by the outage behaviour until a
+// probe sees the primary answer, or until MarkAlive.
+func (s *Store) MarkDown() {
+	now := s.clock()
+	s.each(func(_ string, p *part) {
+		for {
+			gen := p.gen.Load()
+			if gen&1 != 0 || p.markDown(gen, errMarkedDown, now) {
+				return
+			}
+		}
+	})
+}
+
+// MarkAlive marks the primary as answering again (with WithPartitions, every
+// partition seen so far), so that checks go to it. Its buckets still hold
+// what the fleet left in them: this process picks up the fleet's quota, not
+// a fresh one.
+func (s *Store) MarkAlive() {
+	s.each(func(_ string, p *part) {
+		for {
+			gen := p.gen.Load()
+			if gen&1 == 0 || p.markAlive(gen) {
+				return
+			}
+		}
+	})
+}
+
+// Probing reports whether a ProbeForever is running on this Store.
+func (s *Store) Probing() bool { return s.probing.Load() > 0 }
+
+// Probe pings the primary once (with WithPartitions, every partition seen so
+// far, at the same time) and marks it alive when it answers within ctx, or
+// down when it does not, unless checks were answered by the primary while
+// the ping waited (then the ping, not the primary, was slow: a loaded
+// machine). It reports whether every ping was answered. An
+// unreachable primary is not an error here: it is what the outage behaviour
+// is for. A ctx cancelled before the answer changes nothing and reports
+// false. With WithPartitions and no check made yet there is nothing to ping,
+// and Probe reports true. Give ctx a deadline: a ping of a hung primary waits
+// for it (or for WithTimeout).
+func (s *Store) Probe(ctx context.Context) bool {
+	if s.partOf == nil {
+		return s.probeOne(ctx, s.single, s.ping)
+	}
+	type target struct {
+		name string
+		p    *part
+	}
+	var targets []target
+	s.each(func(name string, p *part) { targets = append(targets, target{name, p}) })
+	switch len(targets) {
+	case 0:
+		return true
+	case 1:
+		return s.probeOne(ctx, targets[0].p, func(ctx context.Context) error { return s.pingPart(ctx, targets[0].name) })
+	}
+	var wg sync.WaitGroup
+	var down atomic.Bool
+	for _, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !s.probeOne(ctx, t.p, func(ctx context.Context) error { return s.pingPart(ctx, t.name) }) {
+				down.Store(true)
+			}
+		}()
+	}
+	wg.Wait()
+	return !down.Load()
+}
+
+// probeOne pings one flag's primary and updates the flag.
+func (s *Store) probeOne(ctx context.Context, p *part, ping func(context.Context) error) bool {
+	gen := p.gen.Load()
+	answered := p.answered.Load()
+	pctx, cancel := s.withTimeout(ctx)
+	err := ping(pctx)
+	cancel()
+	if err == nil {
+		p.markAlive(gen)
+		return true
+	}
+	if !errors.Is(ctx.Err(), context.Canceled) && p.answered.Load() == answered {
+		p.markDown(gen, err, s.clock())
+	}
+	return false
+}
+
+// ProbeForever probes the primary at once and then every interval
+// (DefaultProbeInterval when interval is not positive), and passes each
+// reading to report when it is not nil. It returns when ctx is done. The
+// caller runs it in the goroutine and for the lifetime it chooses; the
+// package starts no goroutine of its own.
+//
+// Each probe is bounded by the interval or by one second, whichever is
+// longer (and by WithTimeout when that is set): a ping that a loaded machine
+// delays by more than an interval is not an outage, and a ping waiting on a
+// hung server is answered as soon as the server resumes, so the longer
+// bound does not delay the recovery. A probe that outlasts the interval is
+// followed by the next one at once. Running ProbeForever while the primary
+// is alive also lets a probe mark it down before a check has to find out.
+func (s *Store) ProbeForever(ctx context.Context, interval time.Duration, report func(alive bool)) {
+	if interval <= 0 {
+		interval = DefaultProbeInterval
+	}
+	bound := max(interval, minProbeBound)
+	s.probing.Add(1)
+	defer s.probing.Add(-1)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, bound)
+		alive := s.Probe(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if report != nil {
+			report(alive)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
