@@ -23,8 +23,9 @@ type Limiter[K any] struct {
 	prefix string
 	encode func(K) string
 	clock  func() time.Time
-	cache  *denyCache // nil without WithDenyCache
-	obs    Observer   // nil without WithObserver
+	split  SplitKeyStore // store, when it takes keys in two parts
+	cache  *denyCache    // nil without WithDenyCache
+	obs    Observer      // nil without WithObserver
 }
 
 // Option configures a Limiter.
@@ -147,6 +148,7 @@ func NewMulti[K any](store Store, limits []Limit, opts ...Option) (*Limiter[K], 
 		clock:  o.clock,
 		obs:    o.observer,
 	}
+	l.split, _ = store.(SplitKeyStore)
 	if o.denyCache > 0 {
 		l.cache = newDenyCache(o.denyCache)
 	}
@@ -179,6 +181,18 @@ func (l *Limiter[K]) TryAcquire(ctx context.Context, subject K) (Decision, error
 // invalid cost or subject is an error wrapping ErrInvalidArgument, returned
 // before the store is called.
 func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (Decision, error) {
+	if l.split != nil && l.cache == nil && l.obs == nil {
+		// The store takes the key in two parts: no key is built.
+		var now time.Time
+		if l.clock != nil {
+			now = l.clock()
+		}
+		enc, r, err := l.subjectRequest(subject, cost, false, now)
+		if err != nil {
+			return Decision{}, err
+		}
+		return l.split.ApplySplit(ctx, l.prefix, enc, r)
+	}
 	key, r, err := l.Request(subject, cost)
 	if err != nil {
 		l.failed(ctx, "", OpAcquire, cost, err, time.Time{})
@@ -324,6 +338,16 @@ func (l *Limiter[K]) request(subject K, cost int64, peek bool) (string, Request,
 // requestAt is request with the time of the check already read (the zero
 // Time without WithClock).
 func (l *Limiter[K]) requestAt(subject K, cost int64, peek bool, now time.Time) (string, Request, error) {
+	enc, r, err := l.subjectRequest(subject, cost, peek, now)
+	if err != nil {
+		return "", Request{}, err
+	}
+	return l.prefix + enc, r, nil
+}
+
+// subjectRequest validates a check and returns the encoded subject, the key
+// without its prefix, and the request.
+func (l *Limiter[K]) subjectRequest(subject K, cost int64, peek bool, now time.Time) (string, Request, error) {
 	r := Request{Limits: l.limits, Cost: cost, Peek: peek}
 	if !peek {
 		if err := validateCost(l.limits, cost); err != nil {
@@ -340,7 +364,7 @@ func (l *Limiter[K]) requestAt(subject K, cost int64, peek bool, now time.Time) 
 			return "", Request{}, err
 		}
 	}
-	return l.prefix + enc, r, nil
+	return enc, r, nil
 }
 
 // Limits returns the limiter's policy: the Limit it was built with, or the

@@ -34,9 +34,10 @@ const shardCount = 64
 // Store keeps token buckets in memory. The zero Store is not usable; call New.
 type Store struct {
 	seed   maphash.Seed
-	clock  func() time.Time
-	base   int64         // µs on the store's clock that expiry seconds count from
-	cursor atomic.Uint32 // the next shard a sweep visits besides its own
+	clock  func() time.Time // nil: start's monotonic clock
+	start  time.Time        // the store's creation, with a monotonic reading
+	base   int64            // µs on the store's clock at start; expiry seconds count from it
+	cursor atomic.Uint32    // the next shard a sweep visits besides its own
 
 	polMu    sync.Mutex
 	policies atomic.Pointer[[]*policy] // copy on write; a policy's index never changes
@@ -73,18 +74,23 @@ type entry struct {
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock sets the store's own clock (default time.Now). It decides the
-// requests that carry no time (the zero Request.Now), and it times the
-// expiry of every bucket, as the server's clock does for Redis keys.
+// WithClock sets the store's own clock. It decides the requests that carry
+// no time (the zero Request.Now), and it times the expiry of every bucket, as
+// the server's clock does for Redis keys. The default is the wall clock read
+// at New advanced by the monotonic clock, so that a step of the system clock
+// neither credits nor withholds refill.
 func WithClock(clock func() time.Time) Option { return func(s *Store) { s.clock = clock } }
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
-	s := &Store{seed: maphash.MakeSeed(), clock: time.Now}
+	s := &Store{seed: maphash.MakeSeed(), start: time.Now()}
 	for _, o := range opts {
 		o(s)
 	}
-	s.base = s.clock().UnixMicro()
+	s.base = s.start.UnixMicro()
+	if s.clock != nil {
+		s.base = s.clock().UnixMicro()
+	}
 	s.policies.Store(new([]*policy))
 	for i := range s.shards {
 		s.shards[i].buckets = make(map[string]*entry)
@@ -121,14 +127,13 @@ func (s *Store) apply(ctx context.Context, key []byte, r ratelimit.Request) (rat
 	}
 	// Buckets expire on the store's own clock, as Redis keys expire on the
 	// server's, whatever time the request carries.
-	storeNow := s.clock()
-	clock := storeNow.UnixMicro()
-	now := r.Now
-	if now.IsZero() {
-		now = storeNow
+	clock := s.now()
+	us := clock
+	if !r.Now.IsZero() {
+		us = r.Now.UnixMicro()
 	}
-	us, err := ratelimit.Micros(now)
-	if err != nil {
+	if us < 0 || us > ratelimit.MaxExact {
+		_, err := ratelimit.Micros(time.UnixMicro(us))
 		return ratelimit.Decision{}, err
 	}
 	n := len(p.limits)
@@ -224,6 +229,14 @@ func findPolicy(policies []*policy, limits []ratelimit.Limit) *policy {
 // policy returns the policy of index i.
 func (s *Store) policy(i uint32) *policy { return (*s.policies.Load())[i] }
 
+// now returns the store's clock in µs since the Unix epoch.
+func (s *Store) now() int64 {
+	if s.clock != nil {
+		return s.clock().UnixMicro()
+	}
+	return s.base + int64(time.Since(s.start)/time.Microsecond)
+}
+
 // seconds returns the whole seconds from base to clock (µs), rounded down.
 func (s *Store) seconds(clock int64) uint32 {
 	d := (clock - s.base) / 1e6
@@ -267,7 +280,7 @@ func (s *Store) Len() int {
 // Checks sweep on their own; Sweep is for a caller that wants memory back at
 // once.
 func (s *Store) Sweep() {
-	now := s.seconds(s.clock().UnixMicro())
+	now := s.seconds(s.now())
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
