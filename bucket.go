@@ -17,17 +17,19 @@ type TokenBucket struct {
 	mu     sync.Mutex
 	limits []Limit
 	st     State
-	buf    [1]Band
 }
 
-// NewTokenBucket returns a full bucket enforcing limit. The error wraps
-// ErrInvalidArgument when limit is invalid.
-func NewTokenBucket(limit Limit) (*TokenBucket, error) {
-	if err := limit.Validate(); err != nil {
+// NewTokenBucket returns a full bucket enforcing limit, and every one of more
+// as well: with several limits a request is admitted only when each holds
+// its cost, and takes it from all of them (see NewMulti). The error wraps
+// ErrInvalidArgument when a limit is invalid.
+func NewTokenBucket(limit Limit, more ...Limit) (*TokenBucket, error) {
+	limits := append([]Limit{limit}, more...)
+	if err := validateLimits(limits); err != nil {
 		return nil, err
 	}
-	b := &TokenBucket{limits: []Limit{limit}}
-	b.st.Bands = b.buf[:0]
+	b := &TokenBucket{limits: limits}
+	b.st.Bands = make([]Band, 0, len(limits))
 	return b, nil
 }
 
@@ -66,8 +68,8 @@ func (b *TokenBucket) Peek(now time.Time) (Decision, error) {
 	return b.apply(Request{Limits: b.limits, Peek: true, Now: now})
 }
 
-// Limit returns the bucket's limit.
-func (b *TokenBucket) Limit() Limit { return b.limits[0] }
+// Limits returns the bucket's limits. The caller must not modify the slice.
+func (b *TokenBucket) Limits() []Limit { return b.limits }
 
 func (b *TokenBucket) apply(r Request) (Decision, error) {
 	if !r.Peek {

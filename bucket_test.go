@@ -70,3 +70,29 @@ func TestTokenBucketConcurrentUseAdmitsExactlyTheCapacity(t *testing.T) {
 		t.Fatalf("admitted %d of 4000 at one instant, want exactly 1000", got)
 	}
 }
+
+func TestTokenBucketSeveralLimits(t *testing.T) {
+	perSecond, perMinute := PerSecond(2), PerMinute(3)
+	b, err := NewTokenBucket(perSecond, perMinute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.UnixMicro(t0)
+	for i, want := range []bool{true, true, false} {
+		if got := b.Allow(now); got != want {
+			t.Fatalf("check %d at 0s = %v, want %v", i, got, want)
+		}
+	}
+	// A second later the per-second limit has 2 again, the minute only 1.
+	now = now.Add(time.Second)
+	d, err := b.Take(now, 2)
+	if err != nil || d.Allowed || d.Limit != perMinute || d.Remaining != 1 {
+		t.Fatalf("cost 2 after a second = %+v, %v; want denied by the minute limit with 1 left", d, err)
+	}
+	if !b.Allow(now) || b.Allow(now) {
+		t.Fatal("after a second one more check should pass and the next fail")
+	}
+	if _, err := NewTokenBucket(perSecond, Limit{}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("an invalid second limit: err = %v", err)
+	}
+}
