@@ -53,7 +53,7 @@ func TestQuickRun(t *testing.T) {
 	for _, want := range []string{
 		"### Decisions per second", "### Server-side ceiling", "### Server cost per decision",
 		"### Redis memory per live subject", "### Stored-value variants", "### In-process, GOMAXPROCS=2",
-		"### Against issue 5's targets",
+		"### Against issue 5's targets", "### Script cost inside Redis",
 	} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q", want)
@@ -94,13 +94,17 @@ func TestPrototypesAreExact(t *testing.T) {
 	srv := testServer(t)
 	e := env{addr: srv.addr, policy: policy{rate: 100, burst: 100}, coalesceFlushers: 2, coalesceBatch: 64}
 	now := time.Now()
-	for _, name := range []string{"ours: redisstore", "ours: coalescing (prototype)", "ours: rueidis (prototype)"} {
+	for _, name := range oursRedis {
 		t.Run(name, func(t *testing.T) {
 			var store ratelimit.Store
 			var closeFn func()
 			switch name {
-			case "ours: redisstore":
-				chk, err := newOursRedis(e)
+			case "ours: redisstore", "ours: redisstore WithoutCoalescing":
+				build := newOursRedis
+				if name != "ours: redisstore" {
+					build = newOursRedisSingle
+				}
+				chk, err := build(e)
 				if err != nil {
 					t.Fatal(err)
 				}

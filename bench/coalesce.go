@@ -51,7 +51,7 @@ type call struct {
 // NewCoalescingStore returns a CoalescingStore over client with at most
 // flushers round trips in flight and at most maxBatch checks per pipeline.
 func NewCoalescingStore(client redis.UniversalClient, flushers, maxBatch int) *CoalescingStore {
-	return &CoalescingStore{client: client, single: redisstore.New(client), flushers: max(1, flushers), maxBatch: max(1, maxBatch)}
+	return &CoalescingStore{client: client, single: redisstore.New(client, redisstore.WithoutCoalescing()), flushers: max(1, flushers), maxBatch: max(1, maxBatch)}
 }
 
 // Apply decides r against the bucket at key, alone or in a pipeline with

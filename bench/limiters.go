@@ -90,10 +90,13 @@ func contenders() []contender {
 			note:  "the same script through rueidis, which coalesces concurrent commands into pipelines",
 			build: newFloorRueidis},
 		{name: "ours: redisstore", remote: true,
-			note:  "ratelimit.Limiter over redisstore and go-redis, as shipped",
+			note:  "ratelimit.Limiter over redisstore.New and go-redis, as shipped (coalesces concurrent checks into pipelines, one round trip in flight)",
 			build: newOursRedis},
+		{name: "ours: redisstore WithoutCoalescing", remote: true,
+			note:  "the same with redisstore.WithoutCoalescing(): one EVALSHA round trip per check",
+			build: newOursRedisSingle},
 		{name: "ours: coalescing (prototype)", remote: true,
-			note:  "bench's CoalescingStore: concurrent checks share one pipeline of EVALSHAs per flush (go-redis)",
+			note:  "bench's CoalescingStore over redisstore.WithoutCoalescing: like redisstore's coalescing, but with -flushers round trips in flight (default 2)",
 			build: newOursCoalescing},
 		{name: "ours: rueidis (prototype)", remote: true,
 			note:  "bench's RueidisStore: our script through rueidis auto-pipelining",
@@ -185,6 +188,16 @@ func newOursLocal(s ratelimit.Store, e env) (Checker, error) {
 func newOursRedis(e env) (Checker, error) {
 	c := redis.NewClient(goRedisOptions(e))
 	lim, err := ratelimit.New[string](redisstore.New(c), ourLimit(e))
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &ours{lim: lim, close: func() { c.Close() }}, nil
+}
+
+func newOursRedisSingle(e env) (Checker, error) {
+	c := redis.NewClient(goRedisOptions(e))
+	lim, err := ratelimit.New[string](redisstore.New(c, redisstore.WithoutCoalescing()), ourLimit(e), ratelimit.WithNamespace("rls"))
 	if err != nil {
 		c.Close()
 		return nil, err

@@ -43,7 +43,7 @@ type config struct {
 	rate, burst   int64
 }
 
-const allSections = "memory,throughput,server,ceiling,local,variants"
+const allSections = "memory,variants,script,throughput,server,ceiling,local"
 
 func defaultConfig() config {
 	c := config{
@@ -184,7 +184,7 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 		return fmt.Errorf("redis at %s: %w", addr, err)
 	}
 	e := env{addr: addr, pool: cfg.pool, policy: p, coalesceFlushers: cfg.flushers, coalesceBatch: cfg.batch}
-	rep := &report{cfg: cfg, cmdline: cmdline, redisVersion: version, owned: owned, gomaxprocs: runtime.GOMAXPROCS(0), ncpu: runtime.NumCPU()}
+	rep := &report{cfg: cfg, cmdline: cmdline, redisVersion: version, owned: owned, gomaxprocs: runtime.GOMAXPROCS(0), ncpu: runtime.NumCPU(), loadStart: loadAvg()}
 
 	var cs []contender
 	for _, c := range contenders() {
@@ -213,6 +213,18 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 	if cfg.sections["variants"] {
 		if err := runVariants(ctx, admin, owned, e, cfg, rep, logf); err != nil {
 			return err
+		}
+	}
+
+	if cfg.sections["script"] {
+		logf("script cost: bodies timed inside Redis, %d runs per EVAL, least of 5", harnessIters)
+		sc, err := measureScriptCosts(ctx, admin, p)
+		if err != nil {
+			return fmt.Errorf("script cost: %w", err)
+		}
+		rep.scriptCosts = sc
+		for _, c := range sc {
+			logf("  %-58s hot %5.2f µs, missing key %5.2f µs", c.name, c.hot, c.miss)
 		}
 	}
 
@@ -350,7 +362,7 @@ func runVariants(ctx context.Context, admin *redis.Client, owned bool, e env, cf
 	limits := []ratelimit.Limit{ratelimit.NewLimit(e.policy.rate, time.Second, e.policy.burst)}
 	type body struct{ name, value, script, prefix string }
 	bodies := []body{
-		{"shipped tokenbucket.lua", "\"last L c r p\" in decimal text", redisstore.Script, defaultPrefix},
+		{"shipped tokenbucket.lua", "as documented in its header", redisstore.Script, defaultPrefix},
 		{"shipped, namespace \"rl\"", "the same, with the key prefix \"2:rl:\" instead of \"9:ratelimit:\"", redisstore.Script, "2:rl:"},
 	}
 	for _, v := range variants() {
