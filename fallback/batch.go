@@ -74,7 +74,7 @@ func (s *Store) ApplyBatch(ctx context.Context, items []ratelimit.BatchItem) {
 		case !s.isOutage(ctx, b.Err):
 			it.Err = b.Err
 		default:
-			m.p.markDown(m.gen, b.Err, s.clock())
+			s.down(ctx, m.p, m.gen, b.Err)
 			it.Decision, it.Err = s.serve(ctx, it.Key, it.Request, m.p, b.Err)
 		}
 	}

@@ -37,6 +37,10 @@
 // a goroutine whose lifetime you own. Without a probe a Store that went down
 // stays down until MarkAlive.
 //
+// WithObserver reports every change of the flag (down with its cause, alive
+// again) to a ratelimit.FallbackObserver, such as promobserver's, whose
+// ratelimit_primary_up gauge follows it.
+//
 // Flag changes are guarded by a generation count: a failure of a check that
 // started before the primary went down and came back does not mark it down
 // again, and a ping that started before a newer failure does not undo it.

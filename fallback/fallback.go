@@ -50,6 +50,8 @@ type Store struct {
 	pingPart func(ctx context.Context, partition string) error
 	local    *memstore.Store
 
+	observer ratelimit.FallbackObserver
+
 	single  *part    // the one flag, without WithPartitions
 	parts   sync.Map // partition name -> *part, with WithPartitions
 	probing atomic.Int32
@@ -67,6 +69,7 @@ type config struct {
 	ping     func(ctx context.Context) error
 	partOf   func(ctx context.Context, key string) string
 	pingPart func(ctx context.Context, partition string) error
+	observer ratelimit.FallbackObserver
 	errs     []error
 }
 
@@ -179,6 +182,22 @@ func WithPartitions(partition func(ctx context.Context, key string) string, ping
 	}
 }
 
+// WithObserver tells o every change of state: the primary (with
+// WithPartitions, a partition) marked down, with the error that did it, or
+// alive again. It is called once per change, synchronously, by the goroutine
+// that made it (a check, a probe, MarkDown or MarkAlive), with that call's
+// context (context.Background() for MarkDown and MarkAlive), so it must be
+// quick. A ratelimit.Observer such as promobserver's is a FallbackObserver.
+func WithObserver(o ratelimit.FallbackObserver) Option {
+	return func(c *config) {
+		if o == nil {
+			c.invalid("observer must not be nil")
+			return
+		}
+		c.observer = o
+	}
+}
+
 // New returns a Store that decides through primary while it answers, and
 // with the outage behaviour of the options while it does not. The primary is
 // assumed alive until a call fails. New does no I/O. The error wraps
@@ -204,6 +223,7 @@ func New(primary ratelimit.Store, opts ...Option) (*Store, error) {
 		ping:     c.ping,
 		partOf:   c.partOf,
 		pingPart: c.pingPart,
+		observer: c.observer,
 		local:    memstore.New(memstore.WithClock(c.clock)),
 		single:   &part{},
 	}
@@ -243,7 +263,7 @@ func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (rat
 	if !s.isOutage(ctx, err) {
 		return ratelimit.Decision{}, err
 	}
-	p.markDown(gen, err, s.clock())
+	s.down(ctx, p, gen, err)
 	return s.serve(ctx, key, r, p, err)
 }
 
@@ -271,7 +291,7 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 	if !s.isOutage(ctx, err) {
 		return err
 	}
-	p.markDown(gen, err, s.clock())
+	s.down(ctx, p, gen, err)
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 

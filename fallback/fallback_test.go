@@ -33,6 +33,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{"a nil clock", p, []Option{WithClock(nil)}, "clock must not be nil"},
 		{"a nil classifier", p, []Option{WithClassifier(nil)}, "classifier must not be nil"},
 		{"a nil probe", p, []Option{WithProbe(nil)}, "probe must not be nil"},
+		{"a nil observer", p, []Option{WithObserver(nil)}, "observer must not be nil"},
 		{"a nil partition ping", p, []Option{WithPartitions(func(context.Context, string) string { return "" }, nil)}, "must not be nil"},
 	}
 	for _, tt := range tests {
@@ -803,4 +804,76 @@ func TestReset(t *testing.T) {
 	if err := s.Reset(ctx, "k"); !errors.Is(err, ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) || s.IsAlive() {
 		t.Fatalf("Reset on a refused primary: %v, alive %v; want ErrUnavailable wrapping the cause, and down", err, s.IsAlive())
 	}
+}
+
+// ctxKey marks the context of a call, to see which one the observer got.
+type ctxKey struct{}
+
+func TestObserver(t *testing.T) {
+	clk := newFakeClock()
+	p := newFakePrimary(clk.Now)
+	var mu sync.Mutex
+	var events []ratelimit.FallbackEvent
+	var ctxs []any
+	obs := ratelimit.ObserverFuncs{Fallback: func(ctx context.Context, e ratelimit.FallbackEvent) {
+		mu.Lock()
+		events = append(events, e)
+		ctxs = append(ctxs, ctx.Value(ctxKey{}))
+		mu.Unlock()
+	}}
+	s := mustNew(t, pingingPrimary{p}, WithOutage(ratelimit.FailOpen), WithClock(clk.Now), WithObserver(obs))
+	callCtx := context.WithValue(context.Background(), ctxKey{}, "check")
+	probeCtx := context.WithValue(context.Background(), ctxKey{}, "probe")
+
+	p.set(refused)
+	s.Apply(callCtx, "k", req(perMinute100, 1, time.Time{}))
+	s.Apply(callCtx, "k", req(perMinute100, 1, time.Time{})) // the breaker: no change
+	s.Probe(probeCtx)                                        // still refused: no change
+	clk.Advance(time.Second)
+	p.set(up)
+	s.Probe(probeCtx)
+	s.MarkAlive() // already alive: no change
+	s.MarkDown()
+	s.MarkDown()
+	s.MarkAlive()
+
+	mu.Lock()
+	defer mu.Unlock()
+	type got struct {
+		alive bool
+		ctx   any
+	}
+	want := []got{{false, "check"}, {true, "probe"}, {false, nil}, {true, nil}}
+	if len(events) != len(want) {
+		t.Fatalf("%d events %+v, want %d: one per change", len(events), events, len(want))
+	}
+	for i, w := range want {
+		e := events[i]
+		if e.Alive != w.alive || ctxs[i] != w.ctx || e.Partition != "" || e.Outage != ratelimit.FailOpen {
+			t.Errorf("event %d = %+v with context %v; want alive %v, context %v, partition \"\", fail-open", i, e, ctxs[i], w.alive, w.ctx)
+		}
+		if (e.Cause != nil) == e.Alive {
+			t.Errorf("event %d: cause %v with alive %v; want a cause exactly when down", i, e.Cause, e.Alive)
+		}
+	}
+	if !errors.Is(events[0].Cause, syscall.ECONNREFUSED) || !events[0].At.Equal(newFakeClock().Now()) || !events[1].At.Equal(clk.Now()) {
+		t.Errorf("first events: %+v, %+v; want the refused cause and the fake clock's times", events[0], events[1])
+	}
+
+	t.Run("partitions are named", func(t *testing.T) {
+		var names []string
+		var dead atomic.Value
+		dead.Store("a")
+		s := mustNew(t, &partitionedPrimary{fakePrimary: newFakePrimary(time.Now), dead: &dead},
+			WithPartitions(func(_ context.Context, key string) string { return key[:1] }, func(context.Context, string) error { return nil }),
+			WithObserver(ratelimit.ObserverFuncs{Fallback: func(_ context.Context, e ratelimit.FallbackEvent) {
+				names = append(names, fmt.Sprint(e.Partition, "=", e.Alive))
+			}}))
+		s.Apply(context.Background(), "b1", req(perMinute100, 1, time.Time{}))
+		s.Apply(context.Background(), "a1", req(perMinute100, 1, time.Time{}))
+		s.Probe(context.Background())
+		if got := strings.Join(names, " "); got != "a=false a=true" {
+			t.Errorf("events %q, want %q", got, "a=false a=true")
+		}
+	})
 }

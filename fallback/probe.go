@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/exactlimit/ratelimit"
 )
 
 // minProbeBound is the least time ProbeForever gives one probe.
@@ -14,6 +16,7 @@ const minProbeBound = time.Second
 
 // part is the liveness flag of the primary, or of one partition of it.
 type part struct {
+	name string
 	// gen counts transitions: even while alive, odd while down. A
 	// transition is a compare-and-swap from the generation its caller
 	// observed, so a call that started before the primary went down and
@@ -56,6 +59,23 @@ func (p *part) markAlive(gen uint64) bool {
 	return gen&1 != 0 && p.gen.CompareAndSwap(gen, gen+1)
 }
 
+// down marks p down if it is still in generation gen and alive, and tells
+// the observer, with ctx, when it did.
+func (s *Store) down(ctx context.Context, p *part, gen uint64, err error) {
+	at := s.clock()
+	if p.markDown(gen, err, at) && s.observer != nil {
+		s.observer.ObserveFallback(ctx, ratelimit.FallbackEvent{Partition: p.name, Alive: false, Outage: s.outage, Cause: err, At: at})
+	}
+}
+
+// up marks p alive if it is still in generation gen and down, and tells the
+// observer, with ctx, when it did.
+func (s *Store) up(ctx context.Context, p *part, gen uint64) {
+	if p.markAlive(gen) && s.observer != nil {
+		s.observer.ObserveFallback(ctx, ratelimit.FallbackEvent{Partition: p.name, Alive: true, Outage: s.outage, At: s.clock()})
+	}
+}
+
 // unavailable is the error of a check answered by the breaker under
 // ReturnError. It names the error that marked the primary down without
 // wrapping it, so that errors.Is(err, context.DeadlineExceeded) does not
@@ -76,7 +96,7 @@ func (s *Store) partition(ctx context.Context, key string) *part {
 	if p, ok := s.parts.Load(name); ok {
 		return p.(*part)
 	}
-	p, _ := s.parts.LoadOrStore(name, &part{})
+	p, _ := s.parts.LoadOrStore(name, &part{name: name})
 	return p.(*part)
 }
 
@@ -106,13 +126,13 @@ func (s *Store) IsAlive() bool {
 // partition seen so far. Checks are answered by the outage behaviour until a
 // probe sees the primary answer, or until MarkAlive.
 func (s *Store) MarkDown() {
-	now := s.clock()
 	s.each(func(_ string, p *part) {
 		for {
 			gen := p.gen.Load()
-			if gen&1 != 0 || p.markDown(gen, errMarkedDown, now) {
+			if gen&1 != 0 {
 				return
 			}
+			s.down(context.Background(), p, gen, errMarkedDown)
 		}
 	})
 }
@@ -125,9 +145,10 @@ func (s *Store) MarkAlive() {
 	s.each(func(_ string, p *part) {
 		for {
 			gen := p.gen.Load()
-			if gen&1 == 0 || p.markAlive(gen) {
+			if gen&1 == 0 {
 				return
 			}
+			s.up(context.Background(), p, gen)
 		}
 	})
 }
@@ -184,11 +205,11 @@ func (s *Store) probeOne(ctx context.Context, p *part, ping func(context.Context
 	err := ping(pctx)
 	cancel()
 	if err == nil {
-		p.markAlive(gen)
+		s.up(ctx, p, gen)
 		return true
 	}
 	if !errors.Is(ctx.Err(), context.Canceled) && p.answered.Load() == answered {
-		p.markDown(gen, err, s.clock())
+		s.down(ctx, p, gen, err)
 	}
 	return false
 }
