@@ -1,0 +1,296 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/bits"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+)
+
+const benchAbout = `
+Bench drives a store with --concurrency goroutines, each taking --cost tokens
+for a subject drawn at random among --subjects, for --duration. On a terminal
+it shows live progress; at the end it prints the decisions per second, the
+p50, p99 and maximum latency of a check, the fraction allowed, and how many
+subjects were touched. With no --redis it measures the embedded in-process
+store. SIGINT ends the run early and still prints the report.
+
+The buckets live in namespace --namespace ("bench"): point it at a Redis that
+no service shares that namespace with.`
+
+type benchFlags struct {
+	redis                 redisFlags
+	concurrency, subjects int
+	duration, per         time.Duration
+	rate, burst, cost     int64
+	namespace, progress   string
+}
+
+func runBench(ctx context.Context, env Env, args []string) error {
+	var f benchFlags
+	fs := newFlagSet(env, "bench", "[flags]", benchAbout)
+	f.redis.register(fs)
+	fs.IntVar(&f.concurrency, "concurrency", 16, "goroutines checking at the same time")
+	fs.IntVar(&f.subjects, "subjects", 1000, "distinct subjects, drawn uniformly")
+	fs.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run")
+	fs.Int64Var(&f.rate, "rate", 100, "tokens added to each bucket every --per")
+	fs.DurationVar(&f.per, "per", time.Second, "refill period")
+	fs.Int64Var(&f.burst, "burst", 0, "bucket capacity (default --rate)")
+	fs.Int64Var(&f.cost, "cost", 1, "tokens each check takes")
+	fs.StringVar(&f.namespace, "namespace", "bench", "namespace of the buckets")
+	fs.StringVar(&f.progress, "progress", "auto", "live progress on stderr: auto (when it is a terminal), on or off")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return usagef("unexpected argument %q (bench takes only flags)", pos[0])
+	case f.concurrency < 1 || f.concurrency > 100_000:
+		return usagef("--concurrency must be between 1 and 100000 (got %d)", f.concurrency)
+	case f.subjects < 1 || f.subjects > 100_000_000:
+		return usagef("--subjects must be between 1 and 100000000 (got %d)", f.subjects)
+	case f.duration <= 0:
+		return usagef("--duration must be positive (got %v)", f.duration)
+	case f.progress != "auto" && f.progress != "on" && f.progress != "off":
+		return usagef("--progress %q: want auto, on or off", f.progress)
+	}
+	if f.burst == 0 {
+		f.burst = f.rate
+	}
+	limit := ratelimit.NewLimit(f.rate, f.per, f.burst)
+	if err := limit.Validate(); err != nil {
+		return usagef("--rate, --per, --burst: %v", err)
+	}
+	if f.cost < 1 || f.cost > limit.Capacity {
+		return usagef("--cost must be between 1 and the capacity %d (got %d)", limit.Capacity, f.cost)
+	}
+	st, err := openStore(storeOptions{redis: f.redis})
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	if err := st.ping(ctx, 2*time.Second); err != nil {
+		return err
+	}
+	lim, err := ratelimit.New[string](st.store, limit, ratelimit.WithNamespace(f.namespace))
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	runCtx, cancel := context.WithTimeout(ctx, f.duration)
+	defer cancel()
+
+	showProgress := f.progress == "on" || f.progress == "auto" && env.StderrTTY
+	fmt.Fprintf(env.Stdout, "bench: %s, %d goroutines, %d subjects, policy %v, cost %d, %v\n",
+		st.name, f.concurrency, f.subjects, limit, f.cost, f.duration)
+	res := bench(runCtx, lim, f, showProgress, env.Stderr)
+	res.report(env.Stdout, f.subjects)
+	if res.errors > 0 && res.allowed+res.denied == 0 {
+		return fmt.Errorf("every check failed; the first error: %v", res.firstErr)
+	}
+	return nil
+}
+
+// worker holds one goroutine's counts, padded to its own cache lines.
+type worker struct {
+	allowed, denied, errors atomic.Int64
+	hist                    histogram
+	firstErr                error
+	_                       [64]byte
+}
+
+type benchResult struct {
+	allowed, denied, errors int64
+	elapsed                 time.Duration
+	hist                    histogram
+	touched                 int
+	firstErr                error
+}
+
+func bench(ctx context.Context, lim *ratelimit.Limiter[string], f benchFlags, progress bool, stderr io.Writer) benchResult {
+	subjects := make([]string, f.subjects)
+	for i := range subjects {
+		subjects[i] = "s" + strconv.Itoa(i)
+	}
+	touched := make([]atomic.Uint32, (f.subjects+31)/32)
+	workers := make([]worker, f.concurrency)
+	start := time.Now()
+	end, _ := ctx.Deadline()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			me := &workers[w]
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
+			for ctx.Err() == nil {
+				i := rng.IntN(len(subjects))
+				t := time.Now()
+				d, err := lim.TryAcquireN(ctx, subjects[i], f.cost)
+				lat := time.Since(t)
+				switch {
+				case err != nil && (ctx.Err() != nil || !time.Now().Before(end)):
+					// The run ended during the call: its deadline, not
+					// the store, failed it.
+					return
+				case err != nil:
+					if me.errors.Add(1) == 1 {
+						me.firstErr = err
+					}
+					continue
+				case d.Allowed:
+					me.allowed.Add(1)
+				default:
+					me.denied.Add(1)
+				}
+				me.hist.record(lat)
+				touched[i/32].Or(1 << (i % 32))
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	if progress {
+		tick := time.NewTicker(200 * time.Millisecond)
+	loop:
+		for {
+			select {
+			case <-done:
+				break loop
+			case <-tick.C:
+				var a, d, e int64
+				for i := range workers {
+					a += workers[i].allowed.Load()
+					d += workers[i].denied.Load()
+					e += workers[i].errors.Load()
+				}
+				el := time.Since(start).Seconds()
+				fmt.Fprintf(stderr, "\r  %5.1fs  %10d decisions  %9.0f/s  allowed %5.1f%%  errors %d   ",
+					el, a+d, float64(a+d)/el, pct(a, a+d), e)
+			}
+		}
+		tick.Stop()
+		fmt.Fprint(stderr, "\r\033[K")
+	}
+	<-done
+	res := benchResult{elapsed: time.Since(start)}
+	for i := range workers {
+		w := &workers[i]
+		res.allowed += w.allowed.Load()
+		res.denied += w.denied.Load()
+		res.errors += w.errors.Load()
+		res.hist.merge(&w.hist)
+		if res.firstErr == nil {
+			res.firstErr = w.firstErr
+		}
+	}
+	for i := range touched {
+		res.touched += bits.OnesCount32(touched[i].Load())
+	}
+	return res
+}
+
+func (r benchResult) report(w io.Writer, subjects int) {
+	n := r.allowed + r.denied
+	fmt.Fprintf(w, "decisions   %d in %v = %.0f/s\n", n, r.elapsed.Round(time.Millisecond), float64(n)/r.elapsed.Seconds())
+	fmt.Fprintf(w, "allowed     %.1f%% (%d allowed, %d denied)\n", pct(r.allowed, n), r.allowed, r.denied)
+	fmt.Fprintf(w, "latency     p50 %v  p99 %v  max %v\n", r.hist.quantile(0.50), r.hist.quantile(0.99), r.hist.max())
+	fmt.Fprintf(w, "subjects    %d of %d touched\n", r.touched, subjects)
+	if r.errors > 0 {
+		fmt.Fprintf(w, "errors      %d (first: %v)\n", r.errors, r.firstErr)
+	}
+}
+
+func pct(a, n int64) float64 {
+	if n == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(n)
+}
+
+// histogram counts latencies in log-linear buckets: exact below 32 ns, then
+// 16 buckets per power of two (within about 6%). It is written by one
+// goroutine and read after it ends.
+type histogram struct {
+	counts [32 + 59*16]int64
+	n      int64
+}
+
+func bucketOf(ns int64) int {
+	if ns < 32 {
+		return int(max(ns, 0))
+	}
+	b := bits.Len64(uint64(ns))
+	shift := b - 5
+	mant := int(ns>>shift) - 16
+	i := 32 + (shift-1)*16 + mant
+	return min(i, 32+59*16-1)
+}
+
+// upper returns the largest latency of bucket i.
+func upper(i int) time.Duration {
+	if i < 32 {
+		return time.Duration(i)
+	}
+	shift := (i-32)/16 + 1
+	mant := int64((i-32)%16 + 16)
+	return time.Duration((mant+1)<<shift - 1)
+}
+
+func (h *histogram) record(d time.Duration) { h.counts[bucketOf(int64(d))]++; h.n++ }
+
+func (h *histogram) merge(o *histogram) {
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	h.n += o.n
+}
+
+// quantile returns the latency below which a fraction q of the checks fell,
+// as the upper end of its bucket, rounded for printing.
+func (h *histogram) quantile(q float64) time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	rank := int64(q*float64(h.n) + 0.999999)
+	var seen int64
+	for i, c := range h.counts {
+		seen += c
+		if seen >= rank {
+			return roundLatency(upper(i))
+		}
+	}
+	return roundLatency(upper(len(h.counts) - 1))
+}
+
+func (h *histogram) max() time.Duration {
+	for i := len(h.counts) - 1; i >= 0; i-- {
+		if h.counts[i] > 0 {
+			return roundLatency(upper(i))
+		}
+	}
+	return 0
+}
+
+func roundLatency(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	case d >= time.Microsecond:
+		return d.Round(10 * time.Nanosecond)
+	}
+	return d
+}

@@ -1,0 +1,233 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
+	"github.com/exactlimit/ratelimit/memstore"
+	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// probeInterval is how often the liveness probe pings Redis.
+const probeInterval = fallback.DefaultProbeInterval
+
+// stores is the store a command decides with, and what it takes to run it.
+type stores struct {
+	store ratelimit.Store // what limiters use
+	name  string          // for the log, without credentials
+	// redis is the client, nil for the embedded store.
+	redis redis.UniversalClient
+	// fb is the outage wrapper around Redis, nil for the embedded store or
+	// when none was asked for.
+	fb      *fallback.Store
+	closers []func() error
+}
+
+// degraded reports whether the store is serving without Redis.
+func (s *stores) degraded() bool { return s.fb != nil && !s.fb.IsAlive() }
+
+// close closes every client.
+func (s *stores) close() {
+	for _, c := range s.closers {
+		c() //nolint:errcheck // closing at exit
+	}
+}
+
+// storeOptions say how to build the store.
+type storeOptions struct {
+	redis      redisFlags
+	outage     ratelimit.Outage
+	useOutage  bool // wrap Redis in package fallback
+	fleetShare int
+	timeout    time.Duration
+	// instrument wraps the primary store, for metrics.
+	instrument func(ratelimit.Store) ratelimit.Store
+}
+
+// openStore builds the embedded store, or a Redis store from the flags,
+// wrapped in fallback with the outage behaviour when useOutage is set.
+// It does no I/O.
+func openStore(o storeOptions) (*stores, error) {
+	uo, desc, err := o.redis.options()
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if uo == nil {
+		return &stores{store: memstore.New(), name: "memory (embedded, this process only)"}, nil
+	}
+	client := newClient(uo)
+	s := &stores{name: desc, redis: client, closers: []func() error{client.Close}}
+	var primary ratelimit.Store = redisstore.New(client)
+	if o.instrument != nil {
+		primary = o.instrument(primary)
+	}
+	s.store = primary
+	if !o.useOutage {
+		return s, nil
+	}
+	opts := []fallback.Option{fallback.WithOutage(o.outage), fallback.WithTimeout(o.timeout)}
+	if o.fleetShare > 1 {
+		opts = append(opts, fallback.WithFleetShare(o.fleetShare))
+	}
+	// The probe pings on connections of its own: go-redis's pool stops
+	// dialling for about a second after a run of failed dials, a
+	// dedicated client sees Redis return sooner.
+	probes := &probeClients{opts: uo}
+	s.closers = append(s.closers, probes.close)
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		// One liveness flag per master: one master down is not the whole
+		// cluster down.
+		opts = append(opts, fallback.WithPartitions(
+			func(ctx context.Context, key string) string {
+				m, err := cc.MasterForKey(ctx, key)
+				if err != nil {
+					return ""
+				}
+				return m.Options().Addr
+			},
+			func(ctx context.Context, addr string) error {
+				if addr == "" {
+					return cc.Ping(ctx).Err()
+				}
+				return probes.ping(ctx, addr)
+			}))
+	} else {
+		addr := uo.Addrs[0]
+		opts = append(opts, fallback.WithProbe(func(ctx context.Context) error {
+			return probes.ping(ctx, addr)
+		}))
+	}
+	fb, err := fallback.New(primary, opts...)
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	s.fb = fb
+	s.store = fb
+	return s, nil
+}
+
+// runProbe probes Redis every probeInterval until ctx ends, and logs each
+// change between serving from Redis and serving with the outage behaviour,
+// whether a check or the probe found it. (It runs its own loop rather than
+// fallback's ProbeForever, to see the state a check left before each probe.)
+func (s *stores) runProbe(ctx context.Context, log *slog.Logger) {
+	if s.fb == nil {
+		return
+	}
+	up := true // the state last logged
+	tick := time.NewTicker(probeInterval)
+	defer tick.Stop()
+	for {
+		before := s.fb.IsAlive()
+		pctx, cancel := context.WithTimeout(ctx, probeInterval)
+		alive := s.fb.Probe(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if up && (!before || !alive) {
+			log.Warn("redis unreachable; serving with the outage behaviour until it answers", "store", s.name, "outage", s.fb.Outage().String())
+			up = false
+		}
+		if !up && alive {
+			log.Info("redis answers again; decisions are back on the shared buckets", "store", s.name)
+			up = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// probeClients are single-connection clients for the liveness probe, one
+// per address. A client whose ping failed is closed and replaced at the next
+// ping: go-redis's pool, once as many dials as its size have failed, dials
+// again only about once a second, which would hold the probe back.
+type probeClients struct {
+	opts    *redis.UniversalOptions
+	mu      sync.Mutex
+	clients map[string]*redis.Client
+}
+
+func (p *probeClients) get(addr string) *redis.Client {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.clients[addr]; c != nil {
+		return c
+	}
+	if p.clients == nil {
+		p.clients = map[string]*redis.Client{}
+	}
+	o := p.opts.Simple()
+	o.Addr = addr
+	o.DB = 0
+	if !p.opts.IsClusterMode && len(p.opts.Addrs) == 1 {
+		o.DB = p.opts.DB
+	}
+	o.PoolSize = 1
+	o.MinIdleConns = 0
+	o.MaxRetries = -1
+	o.ContextTimeoutEnabled = true
+	o.DialerRetries = 1
+	c := redis.NewClient(o)
+	p.clients[addr] = c
+	return c
+}
+
+// ping pings addr on its probe client, and drops the client when it fails.
+func (p *probeClients) ping(ctx context.Context, addr string) error {
+	c := p.get(addr)
+	err := c.Ping(ctx).Err()
+	if err != nil {
+		p.mu.Lock()
+		if p.clients[addr] == c {
+			delete(p.clients, addr)
+		}
+		p.mu.Unlock()
+		c.Close()
+	}
+	return err
+}
+
+func (p *probeClients) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.clients {
+		c.Close()
+	}
+	p.clients = nil
+	return nil
+}
+
+// parseOutage reads an outage behaviour by its name.
+func parseOutage(s string) (ratelimit.Outage, error) {
+	for _, o := range []ratelimit.Outage{ratelimit.ReturnError, ratelimit.FailOpen, ratelimit.FailClosed, ratelimit.LocalFallback} {
+		if strings.EqualFold(s, o.String()) {
+			return o, nil
+		}
+	}
+	return 0, usagef("--outage %q: want fail-closed, fail-open, local-fallback or return-error", s)
+}
+
+// pingStore checks that Redis answers, for a command that needs it now.
+func (s *stores) ping(ctx context.Context, timeout time.Duration) error {
+	if s.redis == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := s.redis.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("%s: %w", s.name, err)
+	}
+	return nil
+}
