@@ -89,6 +89,12 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 // caller's context, and one dial attempt per connection. Fields o already
 // sets to something else than its zero value are left alone, except
 // MaxRetries, which is always -1.
+//
+// A Cluster client still follows MOVED and ASK (which is safe: the command did
+// not run) and, up to MaxRedirects times, retries a command whose connection
+// failed. Such a retry can run a check twice and charge the subject twice; it
+// never admits more than the policy. Set MaxRedirects to -1 to rule it out,
+// at the price of errors while slots move.
 func ClientOptions(o *redis.UniversalOptions) *redis.UniversalOptions {
 	o.MaxRetries = -1
 	o.ContextTimeoutEnabled = true
@@ -127,6 +133,29 @@ func (s *Store) apply(ctx context.Context, key string, r ratelimit.Request) (rat
 		return ratelimit.Decision{}, wrapErr("check", key, err)
 	}
 	return d, nil
+}
+
+// Ping reports whether Redis answers, for a liveness probe (see package
+// fallback). On a single server it pings on a connection of its own, outside
+// the client's pool: after a run of failed dials go-redis's pool re-dials only
+// about once a second, and a probe must see the server back sooner. On
+// Cluster it pings every master, which also makes the client reload the
+// cluster's layout at once.
+func (s *Store) Ping(ctx context.Context) error {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		o := *c.Options()
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 1, 0, 0
+		o.MaxRetries, o.DialerRetries = -1, 1
+		probe := redis.NewClient(&o)
+		defer probe.Close()
+		return probe.Ping(ctx).Err()
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return m.Ping(ctx).Err()
+		})
+	}
+	return s.client.Ping(ctx).Err()
 }
 
 // Reset deletes the bucket at key, so that its next check starts full.

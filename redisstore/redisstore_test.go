@@ -501,3 +501,34 @@ func TestDifferential(t *testing.T) {
 		}
 	}
 }
+
+func TestPing(t *testing.T) {
+	srv, client := standalone(t)
+	store := redisstore.New(client)
+	ctx := context.Background()
+	if err := store.Ping(ctx); err != nil {
+		t.Fatalf("Ping of a live server: %v", err)
+	}
+	srv.Kill()
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := store.Ping(short); err == nil {
+		t.Fatal("Ping of a killed server returned nil")
+	}
+	// Many failed checks trip the pool's dial breaker; Ping, on its own
+	// connection, sees the server back at once.
+	for range 30 {
+		store.Apply(short, "k", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(1)}, Cost: 1})
+	}
+	srv.Restart(t)
+	if err := store.Ping(ctx); err != nil {
+		t.Fatalf("Ping right after the restart: %v", err)
+	}
+
+	cluster := redistest.StartCluster(t, 3, 0)
+	cc := redistest.NewClusterClient(cluster.Addrs()...)
+	defer cc.Close()
+	if err := redisstore.New(cc).Ping(ctx); err != nil {
+		t.Fatalf("Ping of a cluster: %v", err)
+	}
+}
