@@ -141,7 +141,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	servers := []*http.Server{newHTTPServer(mainHandler, log)}
+	servers := []*http.Server{newHTTPServer(mainHandler, log, f.upstream != "")}
 	listeners := []net.Listener{ln}
 	if adminHandler != nil {
 		aln, err := net.Listen("tcp", f.admin)
@@ -149,7 +149,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 			ln.Close()
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
-		servers = append(servers, newHTTPServer(adminHandler, log))
+		servers = append(servers, newHTTPServer(adminHandler, log, false))
 		listeners = append(listeners, aln)
 	}
 
@@ -221,8 +221,11 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	return nil
 }
 
-func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{
+// newHTTPServer returns a server with timeouts against slow clients. A
+// proxy streams request bodies of any size to its upstream, so only its
+// headers have a deadline.
+func newHTTPServer(h http.Handler, log *slog.Logger, proxy bool) *http.Server {
+	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -230,6 +233,11 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	if proxy {
+		srv.ReadTimeout = 0
+		srv.MaxHeaderBytes = 1 << 20
+	}
+	return srv
 }
 
 // proxyHandler builds the reverse proxy of --upstream.
