@@ -434,12 +434,17 @@ func TestCommandLineErrors(t *testing.T) {
 	}
 }
 
-// perMinute writes a config whose default namespace allows 10 per minute,
-// so that a denied bucket stays denied while a test looks at it.
-func perMinute(t *testing.T) string {
+// perMinute writes a config whose default namespace allows n per minute
+// (10 in most tests, so that a denied bucket stays denied while a test looks
+// at it).
+func perMinute(t *testing.T, n ...int) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "ratelimit.yaml")
-	doc := "namespaces:\n  - name: default\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"
+	rate := 10
+	if len(n) > 0 {
+		rate = n[0]
+	}
+	doc := fmt.Sprintf("namespaces:\n  - name: default\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", rate)
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -537,5 +542,67 @@ func TestServeRedisCluster(t *testing.T) {
 		t.Errorf("peek via one seed: exit %d %q %q", code, stdout, stderr)
 	}
 	wantMetric(t, metrics(t, p.addr), `ratelimit_decisions_total{namespace="default",op="acquire",decision="denied",source="store"} 12`)
+	p.stop(t)
+}
+
+func TestServeRedisClusterFailover(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 1)
+	var args []string
+	for _, a := range c.Addrs() {
+		args = append(args, "--redis", "redis://"+a)
+	}
+	args = append(args, "--outage", "local-fallback", "--timeout", "300ms", "--config", perMinute(t, 100000))
+	p := serve(t, nil, args...)
+	victim := c.Masters()[0]
+	var onVictim, elsewhere string
+	for i := 0; onVictim == "" || elsewhere == ""; i++ {
+		s := fmt.Sprint("u", i)
+		if c.MasterOf(redistest.SlotOf("7:default:"+s)) == victim {
+			onVictim = s
+		} else {
+			elsewhere = s
+		}
+	}
+	source := func(subject string) string {
+		t.Helper()
+		r := post(t, p.addr, "/v1/acquire", fmt.Sprintf(`{"subject":%q}`, subject))
+		if r.code != 200 {
+			t.Fatalf("acquire %s: %d %s", subject, r.code, r.raw)
+		}
+		return r.body["source"].(string)
+	}
+	// until polls subject until its decisions come from want.
+	until := func(subject, want string, within time.Duration) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for source(subject) != want {
+			if time.Since(start) > within {
+				t.Fatalf("%s: no decision from %q within %v\n%s", subject, want, within, p.Log())
+			}
+			if got := source(elsewhere); got != "store" {
+				t.Fatalf("a subject of a live master was decided by %q while another master was down", got)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+	if source(onVictim) != "store" || source(elsewhere) != "store" {
+		t.Fatal("decisions before the failover are not the store's")
+	}
+	victim.Kill()
+	detect := until(onVictim, "local", 5*time.Second)
+	c.WaitForFailover(t, victim, 20*time.Second)
+	back := until(onVictim, "store", 5*time.Second)
+	t.Logf("master killed: its subjects on the local buckets after %v; back on the promoted replica %v after the failover", detect, back)
+	// The dead master's partition no longer holds the store in an outage.
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(metrics(t, p.addr), "ratelimit_fallback_active 0") {
+		if time.Now().After(deadline) {
+			t.Fatalf("ratelimit_fallback_active still 1 five seconds after the failover:\n%s", p.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.waitLog(t, "redis answers again")
 	p.stop(t)
 }

@@ -84,20 +84,8 @@ func openStore(o storeOptions) (*stores, error) {
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		// One liveness flag per master: one master down is not the whole
 		// cluster down.
-		opts = append(opts, fallback.WithPartitions(
-			func(ctx context.Context, key string) string {
-				m, err := cc.MasterForKey(ctx, key)
-				if err != nil {
-					return ""
-				}
-				return m.Options().Addr
-			},
-			func(ctx context.Context, addr string) error {
-				if addr == "" {
-					return cc.Ping(ctx).Err()
-				}
-				return probes.ping(ctx, addr)
-			}))
+		cp := &clusterPartitions{cc: cc, probes: probes}
+		opts = append(opts, fallback.WithPartitions(cp.partition, cp.ping))
 	} else {
 		addr := uo.Addrs[0]
 		opts = append(opts, fallback.WithProbe(func(ctx context.Context) error {
@@ -147,6 +135,50 @@ func (s *stores) runProbe(ctx context.Context, log *slog.Logger) {
 		case <-tick.C:
 		}
 	}
+}
+
+// clusterPartitions name a key's partition by the address of the master
+// that owns its slot, and ping a partition on a connection of its own.
+type clusterPartitions struct {
+	cc     *redis.ClusterClient
+	probes *probeClients
+	sample sync.Map // master address -> a key it served
+}
+
+func (p *clusterPartitions) partition(ctx context.Context, key string) string {
+	m, err := p.cc.MasterForKey(ctx, key)
+	if err != nil {
+		return "" // no topology yet: the whole cluster is one partition
+	}
+	addr := m.Options().Addr
+	if _, ok := p.sample.Load(addr); !ok {
+		p.sample.LoadOrStore(addr, key)
+	}
+	return addr
+}
+
+// ping pings the master at addr. When it fails it asks go-redis to reload
+// the topology: the breaker keeps every check away from a dead master, so
+// nothing else would make it find the replica promoted in its place. Once
+// the reloaded topology gives the master's slots to another node, the old
+// address serves no key any more and its partition is reported alive, so
+// that the store is not held in an outage by a node that left.
+func (p *clusterPartitions) ping(ctx context.Context, addr string) error {
+	if addr == "" {
+		return p.cc.Ping(ctx).Err()
+	}
+	err := p.probes.ping(ctx, addr)
+	if err == nil {
+		return nil
+	}
+	p.cc.ReloadState(ctx)
+	if key, ok := p.sample.Load(addr); ok {
+		if m, merr := p.cc.MasterForKey(ctx, key.(string)); merr == nil && m.Options().Addr != addr {
+			p.sample.Delete(addr)
+			return nil
+		}
+	}
+	return err
 }
 
 // probeClients are single-connection clients for the liveness probe, one
