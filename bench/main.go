@@ -15,6 +15,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,7 +51,7 @@ func defaultConfig() config {
 		rounds: 5, duration: 500 * time.Millisecond,
 		conc: []int{1, 16, 64}, subjects: []int{1, 10000},
 		flushers: 2, batch: 256,
-		memSubjects: 10000, localSubjects: 1_000_000, localDuration: time.Second,
+		memSubjects: 10000, localSubjects: 1_000_000, localDuration: 2 * time.Second,
 		ceilingN: 300_000, rate: 1000, burst: 1000,
 	}
 	c.sections = parseSections(allSections)
@@ -102,9 +103,20 @@ func main() {
 	batch := flag.Int("batch", 0, "coalescing prototype: most checks per pipeline (default 256)")
 	memSubjects := flag.Int("mem-subjects", 0, "subjects for the used_memory growth (default 10000)")
 	localSubjects := flag.Int("local-subjects", 0, "subjects for the in-process heap and ns/op (default 1000000)")
-	localDuration := flag.Duration("local-duration", 0, "length of each in-process measurement (default 1s)")
+	localDuration := flag.Duration("local-duration", 0, "length of each in-process measurement (default 2s)")
 	ceilingN := flag.Int("ceiling-n", 0, "requests per redis-benchmark run (default 300000)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	cfg := defaultConfig()
 	if *quick {
@@ -147,6 +159,7 @@ func main() {
 	cfg.sections = parseSections(*sections)
 	cmdline := "go run . " + strings.Join(os.Args[1:], " ")
 	if err := run(cfg, cmdline, os.Stdout, os.Stderr); err != nil {
+		pprof.StopCPUProfile()
 		fatal(err)
 	}
 }
@@ -195,7 +208,7 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 	rep.contenders = cs
 
 	if cfg.sections["memory"] {
-		logf("memory: MEMORY USAGE and used_memory growth over %d subjects", cfg.memSubjects)
+		logf("memory: MEMORY USAGE, and used_memory growth over %d subjects after %d", cfg.memSubjects, cfg.memSubjects)
 		for _, c := range cs {
 			if !c.remote || strings.Contains(c.name, "prototype") {
 				continue

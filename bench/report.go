@@ -154,7 +154,7 @@ func (rep *report) write(w io.Writer) {
 	}
 	if len(rep.memory) > 0 {
 		fmt.Fprintf(w, "### Redis memory per live subject\n\n")
-		fmt.Fprintf(w, "MEMORY USAGE of the keys one subject creates, and used_memory growth per subject over %d subjects checked once each on an emptied server with active expiry paused (each check spends %d tokens, so every key is live for at least half a second).\n\n", cfg.memSubjects, memCost(policy{cfg.rate, cfg.burst}))
+		fmt.Fprintf(w, "MEMORY USAGE of the keys one subject creates, and the growth of used_memory (less mem_clients_normal, the clients' buffers) per subject: on an emptied server with active expiry paused, %[1]d subjects are checked once each, then %[1]d more, and the growth over the second %[1]d is divided by %[1]d (so one-off costs of the traffic cancel; the key and expiry tables double once on the way, about 26 B per subject). Each check spends %[2]d tokens, so every key is live for at least half a second.\n\n", cfg.memSubjects, memCost(policy{cfg.rate, cfg.burst}))
 		fmt.Fprintln(w, "| limiter | keys/subject | MEMORY USAGE B | used_memory growth B/subject | stored |")
 		fmt.Fprintln(w, "|---|---:|---:|---:|---|")
 		for _, m := range rep.memory {
