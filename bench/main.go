@@ -414,8 +414,15 @@ func runVariants(ctx context.Context, admin *redis.Client, owned bool, e env, cf
 			return err
 		}
 		vr.cost = sc
+		args := []any{"", "1", "0", e.policy.burst, e.policy.rate, 1000000}
+		if vr.hot, err = timeBody(ctx, admin, b.script, false, b.script, args); err != nil {
+			return fmt.Errorf("variant %s: %w", b.name, err)
+		}
+		if vr.miss, err = timeBody(ctx, admin, b.script, true, "", args); err != nil {
+			return fmt.Errorf("variant %s: %w", b.name, err)
+		}
 		rep.variants = append(rep.variants, vr)
-		logf("  %-28s MEMORY USAGE %d B, growth %.0f B, %.1f µs/EVALSHA, differential %d steps %v", b.name, m.usage, m.growth, sc.scriptUs, vr.diffSteps, vr.diffErr)
+		logf("  %-34s MEMORY USAGE %d B, growth %.0f B, in-Redis %.2f/%.2f µs, differential %d steps %v", b.name, m.usage, m.growth, vr.hot, vr.miss, vr.diffSteps, vr.diffErr)
 	}
 	return nil
 }

@@ -40,10 +40,9 @@ type scriptCost struct {
 	hot, miss float64 // µs per run on one key, and on a missing key
 }
 
-// timeBody times body. With seed, the hot key first gets a bucket from the
-// shipped script, so that a cut that never writes still reads and decodes
-// one.
-func timeBody(ctx context.Context, admin *redis.Client, body string, fresh, seed bool, args []any) (float64, error) {
+// timeBody times body. With a seed script, the hot key first gets a bucket
+// from it, so that a cut that never writes still reads and decodes one.
+func timeBody(ctx context.Context, admin *redis.Client, body string, fresh bool, seed string, args []any) (float64, error) {
 	best := math.Inf(1)
 	src := harness(body, fresh)
 	for try := range 5 {
@@ -51,8 +50,8 @@ func timeBody(ctx context.Context, admin *redis.Client, body string, fresh, seed
 			return 0, err
 		}
 		key := fmt.Sprintf("sc:%s:%d", randHex(), try)
-		if seed && !fresh {
-			if err := admin.Eval(ctx, redisstore.Script, []string{key}, args...).Err(); err != nil {
+		if seed != "" && !fresh {
+			if err := admin.Eval(ctx, seed, []string{key}, args...).Err(); err != nil {
 				return 0, err
 			}
 		}
@@ -108,11 +107,15 @@ func measureScriptCosts(ctx context.Context, admin *redis.Client, p policy) ([]s
 	}
 	var out []scriptCost
 	for _, r := range rows {
-		hot, err := timeBody(ctx, admin, r.body, false, r.args != nil, r.args)
+		seed := ""
+		if r.args != nil {
+			seed = redisstore.Script
+		}
+		hot, err := timeBody(ctx, admin, r.body, false, seed, r.args)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", r.name, err)
 		}
-		miss, err := timeBody(ctx, admin, r.body, true, false, r.args)
+		miss, err := timeBody(ctx, admin, r.body, true, "", r.args)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", r.name, err)
 		}

@@ -17,6 +17,9 @@ import (
 type variant struct {
 	name, value string // value describes the stored value
 	read, write string // Lua replacing the shipped blocks
+	// transform, when set, derives the variant from the whole shipped
+	// script instead.
+	transform func(string) (string, error)
 }
 
 // The anchors of the two blocks in tokenbucket.lua.
@@ -234,6 +237,10 @@ func variants() []variant {
 		{name: "binary, base-36 policy",
 			value: "1 byte band count, time and level as 8-byte doubles, policy in base 36 (\"rs.rs.lfls\")",
 			read:  luaPolicyCheck + luaB36 + binaryRead("b36", "(function(w) return tonumber(w, 36) end)", "."), write: binaryWrite},
+		{name: "lean encode", value: "as shipped; varints encoded without tables, one SET for one limit",
+			transform: leanEncode},
+		{name: "lean encode + one-limit fast path", value: "as shipped; one limit on a bucket it wrote decided on scalars",
+			transform: fastPath},
 		{name: "text, base 36",
 			value: "\"last L c.r.p\" as text with every number in base 36",
 			read:  luaPolicyCheck + luaB36 + text36Read, write: text36Write},
@@ -243,6 +250,9 @@ func variants() []variant {
 // derive returns the shipped script with v's blocks in place.
 func (v variant) derive() (string, error) {
 	s := redisstore.Script
+	if v.transform != nil {
+		return v.transform(s)
+	}
 	replace := func(s, from, to, with string) (string, error) {
 		i := strings.Index(s, from)
 		if i < 0 {
