@@ -107,7 +107,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	metrics := server.NewMetrics()
 	st, err := openStore(storeOptions{
 		redis: f.redis, outage: outage, useOutage: true, fleetShare: f.fleet, timeout: f.timeout,
-		instrument: metrics.Instrument,
+		observer: ratelimit.Observers(metrics.Observer(), logOutages(log)),
 	})
 	if err != nil {
 		return err
@@ -153,17 +153,20 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		listeners = append(listeners, aln)
 	}
 
-	if err := st.ping(ctx, f.timeout); err != nil {
-		log.Warn("redis unreachable at startup; serving with the outage behaviour until it answers", "err", err, "outage", outage.String())
-		if st.fb != nil {
-			st.fb.MarkDown()
-		}
+	if st.fb != nil {
+		// One probe before serving, so that a Redis down at startup is
+		// marked down (and logged) before a check waits for it; then one
+		// every fallback.DefaultProbeInterval, through the graceful
+		// shutdown. On Cluster the masters are known from the first
+		// checks on, and probed from then on.
+		pctx, cancel := context.WithTimeout(ctx, f.timeout)
+		st.fb.Probe(pctx)
+		cancel()
+		probeCtx, stopProbe := context.WithCancel(context.WithoutCancel(ctx))
+		var probeDone sync.WaitGroup
+		probeDone.Go(func() { st.fb.ProbeForever(probeCtx, 0, nil) })
+		defer func() { stopProbe(); probeDone.Wait() }()
 	}
-	probeCtx, stopProbe := context.WithCancel(context.WithoutCancel(ctx))
-	var probeDone sync.WaitGroup
-	probeDone.Add(1)
-	go func() { defer probeDone.Done(); st.runProbe(probeCtx, log) }()
-	defer func() { stopProbe(); probeDone.Wait() }()
 
 	hupCtx, stopHup := context.WithCancel(context.Background())
 	defer stopHup()
@@ -219,6 +222,24 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// logOutages returns an observer that logs each change of Redis's state (on
+// Cluster, of one master's) that package fallback reports, whether a check
+// or the probe found it.
+func logOutages(log *slog.Logger) ratelimit.Observer {
+	return ratelimit.ObserverFuncs{Fallback: func(ctx context.Context, e ratelimit.FallbackEvent) {
+		var attrs []any
+		if e.Partition != "" {
+			attrs = append(attrs, "master", e.Partition)
+		}
+		if e.Alive {
+			log.InfoContext(ctx, "redis answers again; decisions are back on the shared buckets", attrs...)
+			return
+		}
+		attrs = append(attrs, "outage", e.Outage.String(), "err", e.Cause)
+		log.WarnContext(ctx, "redis unreachable; serving with the outage behaviour until it answers", attrs...)
+	}}
 }
 
 // newHTTPServer returns a server with timeouts against slow clients. A

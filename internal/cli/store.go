@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -14,9 +13,6 @@ import (
 	"github.com/exactlimit/ratelimit/redisstore"
 	"github.com/redis/go-redis/v9"
 )
-
-// probeInterval is how often the liveness probe pings Redis.
-const probeInterval = fallback.DefaultProbeInterval
 
 // stores is the store a command decides with, and what it takes to run it.
 type stores struct {
@@ -47,8 +43,8 @@ type storeOptions struct {
 	useOutage  bool // wrap Redis in package fallback
 	fleetShare int
 	timeout    time.Duration
-	// instrument wraps the primary store, for metrics.
-	instrument func(ratelimit.Store) ratelimit.Store
+	// observer is told every change of Redis's state, with useOutage.
+	observer ratelimit.FallbackObserver
 }
 
 // openStore builds the embedded store, or a Redis store from the flags,
@@ -64,10 +60,7 @@ func openStore(o storeOptions) (*stores, error) {
 	}
 	client := newClient(uo)
 	s := &stores{name: desc, redis: client, closers: []func() error{client.Close}}
-	var primary ratelimit.Store = redisstore.New(client)
-	if o.instrument != nil {
-		primary = o.instrument(primary)
-	}
+	primary := redisstore.New(client)
 	s.store = primary
 	if !o.useOutage {
 		return s, nil
@@ -76,21 +69,19 @@ func openStore(o storeOptions) (*stores, error) {
 	if o.fleetShare > 1 {
 		opts = append(opts, fallback.WithFleetShare(o.fleetShare))
 	}
-	// The probe pings on connections of its own: go-redis's pool stops
-	// dialling for about a second after a run of failed dials, a
-	// dedicated client sees Redis return sooner.
-	probes := &probeClients{opts: uo}
-	s.closers = append(s.closers, probes.close)
+	if o.observer != nil {
+		opts = append(opts, fallback.WithObserver(o.observer))
+	}
+	// On a single server fallback probes with the primary's own Ping
+	// (redisstore.Store.Ping: a PING on a connection of its own, which
+	// sees Redis back before the client's pool would dial again).
 	if cc, ok := client.(*redis.ClusterClient); ok {
-		// One liveness flag per master: one master down is not the whole
-		// cluster down.
+		// On Cluster, one liveness flag per master: one master down is not
+		// the whole cluster down.
+		probes := &probeClients{opts: uo}
+		s.closers = append(s.closers, probes.close)
 		cp := &clusterPartitions{cc: cc, probes: probes}
 		opts = append(opts, fallback.WithPartitions(cp.partition, cp.ping))
-	} else {
-		addr := uo.Addrs[0]
-		opts = append(opts, fallback.WithProbe(func(ctx context.Context) error {
-			return probes.ping(ctx, addr)
-		}))
 	}
 	fb, err := fallback.New(primary, opts...)
 	if err != nil {
@@ -100,41 +91,6 @@ func openStore(o storeOptions) (*stores, error) {
 	s.fb = fb
 	s.store = fb
 	return s, nil
-}
-
-// runProbe probes Redis every probeInterval until ctx ends, and logs each
-// change between serving from Redis and serving with the outage behaviour,
-// whether a check or the probe found it. (It runs its own loop rather than
-// fallback's ProbeForever, to see the state a check left before each probe.)
-func (s *stores) runProbe(ctx context.Context, log *slog.Logger) {
-	if s.fb == nil {
-		return
-	}
-	up := true // the state last logged
-	tick := time.NewTicker(probeInterval)
-	defer tick.Stop()
-	for {
-		before := s.fb.IsAlive()
-		pctx, cancel := context.WithTimeout(ctx, probeInterval)
-		alive := s.fb.Probe(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if up && (!before || !alive) {
-			log.Warn("redis unreachable; serving with the outage behaviour until it answers", "store", s.name, "outage", s.fb.Outage().String())
-			up = false
-		}
-		if !up && alive {
-			log.Info("redis answers again; decisions are back on the shared buckets", "store", s.name)
-			up = true
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
 }
 
 // clusterPartitions name a key's partition by the address of the master
@@ -181,10 +137,11 @@ func (p *clusterPartitions) ping(ctx context.Context, addr string) error {
 	return err
 }
 
-// probeClients are single-connection clients for the liveness probe, one
-// per address. A client whose ping failed is closed and replaced at the next
-// ping: go-redis's pool, once as many dials as its size have failed, dials
-// again only about once a second, which would hold the probe back.
+// probeClients are single-connection clients for the liveness probe of
+// each Redis Cluster master, one per address. A client whose ping failed is
+// closed and replaced at the next ping: go-redis's pool, once as many dials
+// as its size have failed, dials again only about once a second, which
+// would hold the probe back.
 type probeClients struct {
 	opts    *redis.UniversalOptions
 	mu      sync.Mutex
@@ -202,10 +159,7 @@ func (p *probeClients) get(addr string) *redis.Client {
 	}
 	o := p.opts.Simple()
 	o.Addr = addr
-	o.DB = 0
-	if !p.opts.IsClusterMode && len(p.opts.Addrs) == 1 {
-		o.DB = p.opts.DB
-	}
+	o.DB = 0 // Cluster has only database 0
 	o.PoolSize = 1
 	o.MinIdleConns = 0
 	o.MaxRetries = -1

@@ -1,104 +1,92 @@
 package server
 
 import (
-	"context"
-	"errors"
+	"log/slog"
+	"net/http"
 
-	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/metrics"
+	"github.com/exactlimit/ratelimit/promobserver"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-const metricsContentType = metrics.ContentType
-
-// LatencyBuckets are the upper bounds, in seconds, of the check latency
-// histogram: 50 µs to 2.5 s.
-var LatencyBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
-
-// Metrics are the service's series, written by hand in the Prometheus text
-// format:
+// Metrics are the service's Prometheus series, in a registry of its own:
+// those of package promobserver, fed by the Limiter of every namespace and,
+// when the store is package fallback's, by the store's changes of state
+// (ratelimit_decisions_total, ratelimit_tokens_total,
+// ratelimit_decision_duration_seconds, ratelimit_errors_total,
+// ratelimit_primary_up, ratelimit_primary_transitions_total), and the
+// service's own:
 //
-//	ratelimit_decisions_total{namespace,op,decision,source}  checks decided
-//	ratelimit_check_errors_total{op}                         checks not decided (store errors the outage behaviour returned)
-//	ratelimit_store_errors_total{op}                         errors of the primary store itself, before any outage behaviour
-//	ratelimit_check_duration_seconds{op}                     latency histogram of a check, outage behaviour included
-//	ratelimit_fallback_active                                1 while the store serves without its primary
-//	ratelimit_outage_behaviour{behaviour}                    1 for the configured behaviour
-//	ratelimit_namespaces                                     namespaces in force
-//	ratelimit_config_reloads_total{result}                   SIGHUP reloads, "ok" or "error"
-//	ratelimit_http_requests_total{path,code}                 API responses
+//	ratelimit_fallback_active                1 while the store serves without its primary
+//	ratelimit_outage_behaviour{behaviour}    1 for the configured behaviour
+//	ratelimit_namespaces                     namespaces in force
+//	ratelimit_config_reloads_total{result}   SIGHUP reloads, "ok" or "error"
+//	ratelimit_http_requests_total{path,code} API responses
 type Metrics struct {
-	metrics.Registry
-	decisions   *metrics.Counter
-	checkErrors *metrics.Counter
-	storeErrors *metrics.Counter
-	latency     *metrics.Histogram
-	namespaces  *metrics.Gauge
-	reloads     *metrics.Counter
-	requests    *metrics.Counter
-	bound       bool
+	registry   *prometheus.Registry
+	observer   *promobserver.Observer
+	namespaces prometheus.Gauge
+	reloads    *prometheus.CounterVec
+	requests   *prometheus.CounterVec
+	bound      bool
 }
 
 // NewMetrics returns the service's metrics, all at zero.
 func NewMetrics() *Metrics {
-	m := &Metrics{}
-	m.decisions = m.NewCounter("ratelimit_decisions_total", "Checks decided, by namespace, operation (acquire, peek), decision (allowed, denied) and source (store, local, fail-open, fail-closed, cache).", "namespace", "op", "decision", "source")
-	m.checkErrors = m.NewCounter("ratelimit_check_errors_total", "Checks that could not be decided, by operation.", "op")
-	m.storeErrors = m.NewCounter("ratelimit_store_errors_total", "Errors returned by the primary store (Redis) itself, before any outage behaviour, by operation (apply, reset).", "op")
-	m.latency = m.NewHistogram("ratelimit_check_duration_seconds", "Latency of a check as the service sees it, outage behaviour included, by operation.", LatencyBuckets, "op")
-	m.namespaces = m.NewGauge("ratelimit_namespaces", "Namespaces in force.")
-	m.reloads = m.NewCounter("ratelimit_config_reloads_total", "Config reloads on SIGHUP, by result (ok, error).", "result")
-	m.requests = m.NewCounter("ratelimit_http_requests_total", "API responses, by path and status code.", "path", "code")
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		observer: promobserver.New(),
+		namespaces: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelimit_namespaces",
+			Help: "Namespaces in force.",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_config_reloads_total",
+			Help: "Config reloads on SIGHUP, by result (ok, error).",
+		}, []string{"result"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_http_requests_total",
+			Help: "API responses, by path and status code.",
+		}, []string{"path", "code"}),
+	}
+	m.registry.MustRegister(m.observer, m.namespaces, m.reloads, m.requests)
 	return m
 }
 
-// Decisions returns the count of ratelimit_decisions_total for the labels.
-func (m *Metrics) Decisions(namespace, op, decision, source string) uint64 {
-	return m.decisions.Value(namespace, op, decision, source)
-}
+// Observer returns the observer the Service attaches to every namespace's
+// Limiter. Give it to the store too when the store is package fallback's
+// (fallback.WithObserver), so that ratelimit_primary_up and
+// ratelimit_primary_transitions_total follow the primary's outages.
+func (m *Metrics) Observer() *promobserver.Observer { return m.observer }
 
-// StoreErrors returns the count of ratelimit_store_errors_total for op.
-func (m *Metrics) StoreErrors(op string) uint64 { return m.storeErrors.Value(op) }
-
+// bindService registers the series that read the Service's state. A
+// Metrics serves one Service: a second one is not bound.
 func (m *Metrics) bindService(s *Service) {
 	if m.bound {
 		return
 	}
 	m.bound = true
-	m.NewGaugeFunc("ratelimit_fallback_active", "1 while the store is serving without its primary (the outage behaviour decides), else 0.", func() float64 {
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ratelimit_fallback_active",
+		Help: "1 while the store is serving without its primary (the outage behaviour decides), else 0.",
+	}, func() float64 {
 		if s.degraded() {
 			return 1
 		}
 		return 0
+	}))
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "ratelimit_outage_behaviour",
+		Help:        "The behaviour applied while the primary store is unreachable: 1 for the configured one.",
+		ConstLabels: prometheus.Labels{"behaviour": s.outage.String()},
+	}, func() float64 { return 1 }))
+}
+
+// handler returns the /metrics handler of the registry, logging the series
+// it cannot gather to log.
+func (m *Metrics) handler(log *slog.Logger) http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelError),
+		ErrorHandling: promhttp.ContinueOnError,
 	})
-	g := m.NewGauge("ratelimit_outage_behaviour", "The behaviour applied while the primary store is unreachable: 1 for the configured one.", "behaviour")
-	g.Set(1, s.outage.String())
-}
-
-// Instrument returns st counting its errors in ratelimit_store_errors_total.
-// Invalid arguments and cancelled contexts are not counted: they are the
-// caller's.
-func (m *Metrics) Instrument(st ratelimit.Store) ratelimit.Store { return &instrumented{st, m} }
-
-type instrumented struct {
-	ratelimit.Store
-	m *Metrics
-}
-
-func (s *instrumented) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
-	d, err := s.Store.Apply(ctx, key, r)
-	s.count(ctx, "apply", err)
-	return d, err
-}
-
-func (s *instrumented) Reset(ctx context.Context, key string) error {
-	err := s.Store.Reset(ctx, key)
-	s.count(ctx, "reset", err)
-	return err
-}
-
-func (s *instrumented) count(ctx context.Context, op string, err error) {
-	if err == nil || errors.Is(err, ratelimit.ErrInvalidArgument) || errors.Is(ctx.Err(), context.Canceled) {
-		return
-	}
-	s.m.storeErrors.Inc(op)
 }

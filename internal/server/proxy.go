@@ -77,8 +77,8 @@ func (s *Service) Proxy(o ProxyOptions) (http.Handler, error) {
 }
 
 // nsLimiter is the httplimit.Limiter of one namespace: it looks the policy
-// up at each check, so reloads apply to the proxy too, and it counts the
-// checks in the service's metrics.
+// up at each check, so reloads apply to the proxy too, and its checks are
+// counted in the service's metrics like those of the API.
 type nsLimiter struct {
 	s  *Service
 	ns string

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,7 @@ type Options struct {
 	// ratelimit_fallback_active gauge. Nil means never.
 	Degraded func() bool
 	// Metrics receives the service's metrics (default: a new Metrics).
+	// Its Observer is attached to the Limiter of every namespace.
 	Metrics *Metrics
 	// Logger receives errors and reloads (default: discard).
 	Logger *slog.Logger
@@ -70,19 +72,20 @@ type Options struct {
 
 // Service answers rate-limit checks over HTTP.
 type Service struct {
-	store    ratelimit.Store
-	name     string
-	token    []byte
-	timeout  time.Duration
-	outage   ratelimit.Outage
-	degraded func() bool
-	metrics  *Metrics
-	log      *slog.Logger
-	clock    func() time.Time
-	now      func() time.Time
-	policies atomic.Pointer[policySet]
-	pinned   atomic.Pointer[[]string]
-	errLog   rateLimitedLog
+	store      ratelimit.Store
+	name       string
+	token      []byte
+	timeout    time.Duration
+	outage     ratelimit.Outage
+	degraded   func() bool
+	metrics    *Metrics
+	log        *slog.Logger
+	clock      func() time.Time
+	now        func() time.Time
+	policies   atomic.Pointer[policySet]
+	pinned     atomic.Pointer[[]string]
+	errLog     rateLimitedLog
+	exposition http.Handler // /metrics
 }
 
 type policySet struct {
@@ -127,6 +130,7 @@ func New(o Options) (*Service, error) {
 		s.name = "store"
 	}
 	s.metrics.bindService(s)
+	s.exposition = s.metrics.handler(s.log)
 	p := o.Policies
 	if p == nil {
 		p = config.Default()
@@ -153,7 +157,7 @@ func (s *Service) SetPolicies(p config.Policies) error {
 	}
 	set := &policySet{limits: make(config.Policies, len(p)), limiters: make(map[string]*ratelimit.Limiter[string], len(p))}
 	for ns, l := range p {
-		opts := []ratelimit.Option{ratelimit.WithNamespace(ns)}
+		opts := []ratelimit.Option{ratelimit.WithNamespace(ns), ratelimit.WithObserver(s.metrics.observer)}
 		if s.clock != nil {
 			opts = append(opts, ratelimit.WithClock(s.clock))
 		}
@@ -188,12 +192,12 @@ func (s *Service) Reload(path string) error {
 		err = s.SetPolicies(p)
 	}
 	if err != nil {
-		s.metrics.reloads.Inc("error")
+		s.metrics.reloads.WithLabelValues("error").Inc()
 		s.log.Error("config reload refused; keeping the previous policies",
 			"file", path, "err", err, "policies", s.policies.Load().limits.String())
 		return err
 	}
-	s.metrics.reloads.Inc("ok")
+	s.metrics.reloads.WithLabelValues("ok").Inc()
 	s.log.Info("config reloaded", "file", path, "policies", p.String())
 	return nil
 }
@@ -217,9 +221,6 @@ func (s *Service) Pin(namespaces ...string) error {
 	return nil
 }
 
-// Metrics returns the service's metrics.
-func (s *Service) Metrics() *Metrics { return s.metrics }
-
 // errUnknownNamespace is returned by check for a namespace not in force.
 var errUnknownNamespace = errors.New("unknown namespace")
 
@@ -232,7 +233,8 @@ const (
 )
 
 // check runs one operation on subject's bucket in namespace ns, bounded by
-// the service's timeout, and records it in the metrics.
+// the service's timeout. The namespace's Limiter tells the metrics' observer
+// about it.
 func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int64) (ratelimit.Decision, *ratelimit.Limiter[string], error) {
 	lim := s.policies.Load().limiters[ns]
 	if lim == nil {
@@ -240,7 +242,6 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	start := time.Now()
 	var d ratelimit.Decision
 	var err error
 	switch o {
@@ -251,22 +252,10 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 	case opReset:
 		err = lim.Reset(ctx, subject)
 	}
-	s.metrics.latency.Observe(time.Since(start).Seconds(), string(o))
-	if err != nil {
-		if !errors.Is(err, ratelimit.ErrInvalidArgument) && !errors.Is(err, context.Canceled) {
-			s.metrics.checkErrors.Inc(string(o))
-			s.errLog.log(s.log, "check failed", "op", string(o), "namespace", ns, "err", err)
-		}
-		return d, lim, err
+	if err != nil && !errors.Is(err, ratelimit.ErrInvalidArgument) && !errors.Is(err, context.Canceled) {
+		s.errLog.log(s.log, "check failed", "op", string(o), "namespace", ns, "err", err)
 	}
-	if o != opReset {
-		outcome := "denied"
-		if d.Allowed {
-			outcome = "allowed"
-		}
-		s.metrics.decisions.Inc(ns, string(o), outcome, d.Source.String())
-	}
-	return d, lim, nil
+	return d, lim, err
 }
 
 // Handler returns the service's HTTP API: POST /v1/acquire, /v1/peek and
@@ -528,9 +517,8 @@ func (s *Service) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "/metrics", http.StatusMethodNotAllowed, "/metrics wants GET")
 		return
 	}
-	s.metrics.requests.Inc("/metrics", "200")
-	w.Header().Set("Content-Type", metricsContentType)
-	s.metrics.WriteTo(w) //nolint:errcheck // the scraper may be gone
+	s.metrics.requests.WithLabelValues("/metrics", "200").Inc()
+	s.exposition.ServeHTTP(w, r)
 }
 
 func (s *Service) fail(w http.ResponseWriter, path string, code int, msg string) {
@@ -538,7 +526,7 @@ func (s *Service) fail(w http.ResponseWriter, path string, code int, msg string)
 }
 
 func (s *Service) reply(w http.ResponseWriter, path string, code int, v any) {
-	s.metrics.requests.Inc(path, fmt.Sprint(code))
+	s.metrics.requests.WithLabelValues(path, strconv.Itoa(code)).Inc()
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")

@@ -86,6 +86,28 @@ func call(t *testing.T, h http.Handler, method, path, body string, hdr ...string
 	return res
 }
 
+// decisions names the series of ratelimit_decisions_total of the acquires
+// in namespace ns with the given result and source.
+func decisions(ns, result, source string) string {
+	return fmt.Sprintf(`ratelimit_decisions_total{namespace=%q,op="acquire",result=%q,source=%q}`, ns, result, source)
+}
+
+// metric returns the value of series on h's /metrics, or "" when h does not
+// export it.
+func metric(t *testing.T, h http.Handler, series string) string {
+	t.Helper()
+	res := call(t, h, "GET", "/metrics", "")
+	if res.code != 200 {
+		t.Fatalf("/metrics: %d %s", res.code, res.body)
+	}
+	for line := range strings.Lines(res.body) {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
 func TestAcquireUntilDenied(t *testing.T) {
 	s, c, _ := newService(t, Options{})
 	h := s.Handler()
@@ -115,11 +137,11 @@ func TestAcquireUntilDenied(t *testing.T) {
 	if res := call(t, h, "POST", "/v1/acquire", `{"subject":"alice","cost":1}`); res.code != 200 || res.header.Get("Retry-After") != "" {
 		t.Errorf("after the refill of one token: %d %v", res.code, res.header)
 	}
-	if got := s.Metrics().Decisions("default", "acquire", "allowed", "store"); got != 12 {
-		t.Errorf("allowed decisions = %d, want 12", got)
+	if got := metric(t, h, decisions("default", "allowed", "store")); got != "12" {
+		t.Errorf("allowed decisions = %s, want 12", got)
 	}
-	if got := s.Metrics().Decisions("default", "acquire", "denied", "store"); got != 1 {
-		t.Errorf("denied decisions = %d, want 1", got)
+	if got := metric(t, h, decisions("default", "denied", "store")); got != "1" {
+		t.Errorf("denied decisions = %s, want 1", got)
 	}
 }
 
@@ -185,8 +207,8 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
-	if got := s.Metrics().decisions.Value("default", "acquire", "allowed", "store"); got != 0 {
-		t.Errorf("bad requests made %d decisions", got)
+	if got := metric(t, h, decisions("default", "allowed", "store")); got != "" {
+		t.Errorf("bad requests made %s decisions", got)
 	}
 }
 
@@ -253,8 +275,9 @@ func TestReload(t *testing.T) {
 	if res := call(t, h, "POST", "/v1/acquire", `{"subject":"a","namespace":"login"}`); res.code != 429 {
 		t.Errorf("a reload handed out a fresh bucket: %d %s", res.code, res.body)
 	}
-	if s.metrics.reloads.Value("ok") != 2 || s.metrics.reloads.Value("error") != 1 {
-		t.Errorf("reload counts ok=%d error=%d", s.metrics.reloads.Value("ok"), s.metrics.reloads.Value("error"))
+	ok, bad := metric(t, h, `ratelimit_config_reloads_total{result="ok"}`), metric(t, h, `ratelimit_config_reloads_total{result="error"}`)
+	if ok != "2" || bad != "1" {
+		t.Errorf("reload counts ok=%s error=%s", ok, bad)
 	}
 	os.Remove(path)
 	if err := s.Reload(path); err == nil {
@@ -277,17 +300,16 @@ func (s downStore) Reset(context.Context, string) error { return s.err }
 func TestOutageResponses(t *testing.T) {
 	refused := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 	t.Run("a store error is 503 and counted", func(t *testing.T) {
-		m := NewMetrics()
-		s, _, logs := newService(t, Options{Store: m.Instrument(downStore{err: refused}), Metrics: m})
+		s, _, logs := newService(t, Options{Store: downStore{err: refused}})
 		h := s.Handler()
 		for _, op := range []string{"acquire", "peek", "reset"} {
 			res := call(t, h, "POST", "/v1/"+op, `{"subject":"a"}`)
 			if res.code != 503 || res.json["error"] != "rate limit store unavailable" || res.header.Get("Retry-After") != "1" {
 				t.Errorf("%s: %d %s", op, res.code, res.body)
 			}
-		}
-		if m.StoreErrors("apply") != 2 || m.StoreErrors("reset") != 1 || m.checkErrors.Value("acquire") != 1 {
-			t.Errorf("store errors apply=%d reset=%d", m.StoreErrors("apply"), m.StoreErrors("reset"))
+			if got := metric(t, h, `ratelimit_errors_total{namespace="default",op="`+op+`",reason="store"}`); got != "1" {
+				t.Errorf("%s: %s store errors counted, want 1", op, got)
+			}
 		}
 		if !strings.Contains(logs.String(), "connection refused") {
 			t.Errorf("the error was not logged:\n%s", logs.String())
@@ -315,8 +337,8 @@ func TestOutageResponses(t *testing.T) {
 		if res.code != 200 || res.json["source"] != "fail-open" || res.header.Get("RateLimit") != "" {
 			t.Errorf("%d %s", res.code, res.body)
 		}
-		if got := s.Metrics().Decisions("default", "acquire", "allowed", "fail-open"); got != 1 {
-			t.Errorf("fail-open decisions = %d", got)
+		if got := metric(t, s.Handler(), decisions("default", "allowed", "fail-open")); got != "1" {
+			t.Errorf("fail-open decisions = %s", got)
 		}
 	})
 }
@@ -327,23 +349,31 @@ func TestMetricsExposition(t *testing.T) {
 	for range 11 {
 		call(t, h, "POST", "/v1/acquire", `{"subject":"m"}`)
 	}
+	call(t, h, "POST", "/v1/peek", `{"subject":"m"}`)
+	call(t, h, "POST", "/v1/acquire", `{"subject":"m","cost":0}`) // refused before the limiter
 	res := call(t, h, "GET", "/metrics", "")
-	if res.code != 200 || res.header.Get("Content-Type") != "text/plain; version=0.0.4; charset=utf-8" {
+	if res.code != 200 || !strings.HasPrefix(res.header.Get("Content-Type"), "text/plain; version=0.0.4; charset=utf-8") {
 		t.Fatalf("%d %v", res.code, res.header)
 	}
 	for _, want := range []string{
-		`ratelimit_decisions_total{namespace="default",op="acquire",decision="allowed",source="store"} 10`,
-		`ratelimit_decisions_total{namespace="default",op="acquire",decision="denied",source="store"} 1`,
-		`ratelimit_check_duration_seconds_count{op="acquire"} 11`,
-		`ratelimit_check_duration_seconds_bucket{op="acquire",le="+Inf"} 11`,
-		`# TYPE ratelimit_store_errors_total counter`,
+		decisions("default", "allowed", "store") + " 10",
+		decisions("default", "denied", "store") + " 1",
+		`ratelimit_decisions_total{namespace="default",op="peek",result="denied",source="store"} 1`,
+		`ratelimit_tokens_total{namespace="default",result="allowed"} 10`,
+		`ratelimit_decision_duration_seconds_count{namespace="default",source="store"} 12`,
+		`ratelimit_decision_duration_seconds_bucket{namespace="default",source="store",le="+Inf"} 12`,
 		"ratelimit_fallback_active 0",
+		`ratelimit_outage_behaviour{behaviour="return-error"} 1`,
 		"ratelimit_namespaces 1",
-		`ratelimit_http_requests_total{path="/v1/acquire",code="429"} 1`,
+		`ratelimit_http_requests_total{code="429",path="/v1/acquire"} 1`,
+		`ratelimit_http_requests_total{code="400",path="/v1/acquire"} 1`,
 	} {
-		if !strings.Contains(res.body, want+"\n") && !strings.Contains(res.body, want) {
+		if !strings.Contains(res.body, want+"\n") {
 			t.Errorf("metrics lack %q:\n%s", want, res.body)
 		}
+	}
+	if strings.Contains(res.body, "subject") || strings.Contains(res.body, `"m"`) {
+		t.Errorf("a series is labelled by subject:\n%s", res.body)
 	}
 }
 
@@ -380,8 +410,8 @@ func TestProxy(t *testing.T) {
 		t.Errorf("upstream saw X-Forwarded-For %q", seenXFF)
 	}
 	mu.Unlock()
-	if got := s.Metrics().Decisions("web", "acquire", "denied", "store"); got != 1 {
-		t.Errorf("proxy denials counted %d, want 1", got)
+	if got := metric(t, s.Handler(), decisions("web", "denied", "store")); got != "1" {
+		t.Errorf("proxy denials counted %s, want 1", got)
 	}
 	if err := s.SetPolicies(config.Policies{"default": ratelimit.PerSecond(1)}); err == nil || !strings.Contains(err.Error(), `"web" limits the proxied requests`) {
 		t.Errorf("removing the proxy's namespace: %v", err)
