@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/exactlimit/ratelimit"
@@ -63,6 +64,9 @@ type Store struct {
 	client   redis.UniversalClient
 	coalesce bool
 	batch    coalescer
+
+	probeMu sync.Mutex
+	probe   *redis.Client // Ping's own connection to a single server
 }
 
 // Option configures a Store.
@@ -137,25 +141,47 @@ func (s *Store) apply(ctx context.Context, key string, r ratelimit.Request) (rat
 
 // Ping reports whether Redis answers, for a liveness probe (see package
 // fallback). On a single server it pings on a connection of its own, outside
-// the client's pool: after a run of failed dials go-redis's pool re-dials only
-// about once a second, and a probe must see the server back sooner. On
-// Cluster it pings every master, which also makes the client reload the
-// cluster's layout at once.
+// the client's pool, kept from one ping to the next and replaced after a
+// failure: after a run of failed dials go-redis's pool re-dials only about
+// once a second, and a probe must see the server back sooner. On Cluster it
+// pings every master, which also makes the client reload the cluster's
+// layout at once.
 func (s *Store) Ping(ctx context.Context) error {
 	switch c := s.client.(type) {
 	case *redis.Client:
-		o := *c.Options()
-		o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 1, 0, 0
-		o.MaxRetries, o.DialerRetries = -1, 1
-		probe := redis.NewClient(&o)
-		defer probe.Close()
-		return probe.Ping(ctx).Err()
+		s.probeMu.Lock()
+		defer s.probeMu.Unlock()
+		if s.probe == nil {
+			o := *c.Options()
+			o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 1, 0, 1
+			o.MaxRetries, o.DialerRetries = -1, 1
+			s.probe = redis.NewClient(&o)
+		}
+		err := s.probe.Ping(ctx).Err()
+		if err != nil {
+			s.probe.Close()
+			s.probe = nil
+		}
+		return err
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 			return m.Ping(ctx).Err()
 		})
 	}
 	return s.client.Ping(ctx).Err()
+}
+
+// Close releases Ping's own connection. It does not close the client the
+// store was built on, which belongs to the caller.
+func (s *Store) Close() error {
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	if s.probe == nil {
+		return nil
+	}
+	err := s.probe.Close()
+	s.probe = nil
+	return err
 }
 
 // Reset deletes the bucket at key, so that its next check starts full.

@@ -505,9 +505,28 @@ func TestDifferential(t *testing.T) {
 func TestPing(t *testing.T) {
 	srv, client := standalone(t)
 	store := redisstore.New(client)
+	defer store.Close()
 	ctx := context.Background()
-	if err := store.Ping(ctx); err != nil {
-		t.Fatalf("Ping of a live server: %v", err)
+	received := func() int {
+		info, _ := client.Info(ctx, "stats").Result()
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "total_connections_received:"); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		t.Fatal("no total_connections_received in INFO stats")
+		return 0
+	}
+	before := received()
+	for range 5 {
+		if err := store.Ping(ctx); err != nil {
+			t.Fatalf("Ping of a live server: %v", err)
+		}
+	}
+	// The probe keeps its one connection from ping to ping.
+	if n := received() - before; n != 1 {
+		t.Fatalf("5 pings opened %d connections, want 1", n)
 	}
 	srv.Kill()
 	short, cancel := context.WithTimeout(ctx, time.Second)
