@@ -52,7 +52,7 @@ func (s *Store) ApplyBatch(ctx context.Context, items []ratelimit.BatchItem) {
 		p := s.partition(ctx, it.Key)
 		gen := p.gen.Load()
 		if gen&1 != 0 {
-			it.Decision, it.Err = s.serve(ctx, it.Key, it.Request, p, nil)
+			it.Decision, it.Err = s.serve(ctx, "", it.Key, it.Request, p, nil)
 			continue
 		}
 		batch = append(batch, ratelimit.BatchItem{Key: it.Key, Request: it.Request})
@@ -75,7 +75,7 @@ func (s *Store) ApplyBatch(ctx context.Context, items []ratelimit.BatchItem) {
 			it.Err = b.Err
 		default:
 			s.down(ctx, m.p, m.gen, b.Err)
-			it.Decision, it.Err = s.serve(ctx, it.Key, it.Request, m.p, b.Err)
+			it.Decision, it.Err = s.serve(ctx, "", it.Key, it.Request, m.p, b.Err)
 		}
 	}
 }

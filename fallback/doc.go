@@ -111,11 +111,19 @@
 // liveness flag per partition, for example per master address, with a ping
 // per partition: a dead master then sends only its own subjects to the
 // outage behaviour, and the other masters' subjects keep their shared
-// buckets. When the partition function maps a key to the promoted replica
-// after a failover (go-redis learns the new topology when its cluster state
-// reloads; a probe can trigger that), its subjects are back on the shared
-// buckets at once. Without WithPartitions there is a single flag for the
-// whole primary.
+// buckets. ClusterPartitions gives both functions for a go-redis
+// ClusterClient. Without WithPartitions there is a single flag for the whole
+// primary.
+//
+// After a failover the dead master's address serves no key: every one of its
+// slots belongs to the promoted replica. The breaker keeps checks away from
+// the dead master, so the client learns the new layout only when something
+// reloads it; the partition ping of ClusterPartitions does when it fails (a
+// ping of your own should too, see WithPartitions). The probe then sees the
+// dead master's keys map to the promoted replica, forgets the dead master's
+// partition (so IsAlive is true again and the observer hears it come back)
+// and those subjects are back on the shared buckets. The probe tells that a
+// partition serves no key any more by the key whose check created it.
 //
 // # Time
 //
@@ -124,12 +132,18 @@
 // clock (WithClock, default time.Now). Tests inject both and never sleep to
 // wait for refill.
 //
-// # Batches
+// # Batches and split keys
 //
 // A Store is a ratelimit.BatchStore: ApplyBatch sends the items of live
 // partitions to the primary in one ApplyBatch when the primary has it (one
 // Apply each otherwise) and answers the others with the outage behaviour, so
 // Limiter.TryAcquireMany keeps its single round trip through the wrapper.
+//
+// A Store is a ratelimit.SplitKeyStore too: a Limiter passes the key in two
+// parts, and the Store joins them only for a primary that needs the whole
+// key (one that is not a SplitKeyStore, or with WithPartitions), so a
+// Limiter over a wrapped memstore.Store builds no key per check, as over the
+// memstore.Store itself.
 //
 // A Store is safe for simultaneous use by multiple goroutines.
 package fallback

@@ -12,6 +12,8 @@ import (
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
+var _ ratelimit.SplitKeyStore = (*Store)(nil)
+
 // ErrUnavailable is wrapped by the error a Store returns when the primary
 // cannot be reached and the outage behaviour is ReturnError, and by Reset
 // while the primary is down.
@@ -40,6 +42,7 @@ type Pinger interface {
 // safe for simultaneous use by multiple goroutines.
 type Store struct {
 	primary  ratelimit.Store
+	split    ratelimit.SplitKeyStore // primary, when it takes split keys
 	outage   ratelimit.Outage
 	share    int64
 	clock    func() time.Time
@@ -167,11 +170,19 @@ func WithProbe(ping func(ctx context.Context) error) Option {
 // key, for example the address of the Redis Cluster master that owns the
 // key's slot; ping checks one partition, as WithProbe checks the whole
 // primary. A failure then marks down only the partition of the key that
-// failed, MarkDown and MarkAlive act on every partition seen so far, and
-// Probe pings every partition seen so far, at the same time.
+// failed, MarkDown and MarkAlive act on every partition in use, and Probe
+// pings every partition in use, at the same time. For a go-redis
+// ClusterClient, ClusterPartitions returns both functions.
 //
 // partition is called on every check, so it must be cheap and must not
 // block; go-redis's ClusterClient.MasterForKey reads its cached topology.
+// The probe also calls it, to forget a partition that no key maps to any
+// more (see Probe): after a failover, the dead master's. For that, a failed
+// ping must let partition see the new layout: with go-redis, call
+// ClusterClient.ReloadState (the next probe sees the reloaded layout) or
+// ForEachMaster (which reloads it before returning) when the ping fails.
+// The breaker keeps checks away from a dead master, so nothing else makes the
+// client reload its layout before ClusterStateReloadInterval (60 s).
 func WithPartitions(partition func(ctx context.Context, key string) string, ping func(ctx context.Context, partition string) error) Option {
 	return func(c *config) {
 		if partition == nil || ping == nil {
@@ -188,6 +199,8 @@ func WithPartitions(partition func(ctx context.Context, key string) string, ping
 // that made it (a check, a probe, MarkDown or MarkAlive), with that call's
 // context (context.Background() for MarkDown and MarkAlive), so it must be
 // quick. A ratelimit.Observer such as promobserver's is a FallbackObserver.
+// A partition that a probe forgets while it is down (see Probe) is reported
+// alive: its keys are served by the primary again, through another partition.
 func WithObserver(o ratelimit.FallbackObserver) Option {
 	return func(c *config) {
 		if o == nil {
@@ -227,6 +240,7 @@ func New(primary ratelimit.Store, opts ...Option) (*Store, error) {
 		local:    memstore.New(memstore.WithClock(c.clock)),
 		single:   &part{},
 	}
+	s.split, _ = primary.(ratelimit.SplitKeyStore)
 	if s.ping == nil {
 		if p, ok := primary.(Pinger); ok {
 			s.ping = p.Ping
@@ -244,18 +258,38 @@ func New(primary ratelimit.Store, opts ...Option) (*Store, error) {
 // ratelimit.ErrInvalidArgument, and a done ctx returns ctx.Err(), both
 // before anything is asked; neither marks the primary down.
 func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	return s.apply(ctx, "", key, r)
+}
+
+// ApplySplit is Apply on the key prefix+subject (see
+// ratelimit.SplitKeyStore), which a Limiter calls instead of building the
+// key. The parts are joined only to ask a primary that is not a
+// ratelimit.SplitKeyStore itself (a redisstore.Store, which needs the whole
+// key for Redis anyway), and, with WithPartitions, before the partition
+// function is called; the local buckets of LocalFallback take them apart.
+// Over a memstore.Store without WithPartitions a check allocates no key,
+// whether the primary or the local bucket decides it.
+func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
+	return s.apply(ctx, prefix, subject, r)
+}
+
+// apply is Apply on the key prefix+key.
+func (s *Store) apply(ctx context.Context, prefix, key string, r ratelimit.Request) (ratelimit.Decision, error) {
 	if err := r.Validate(); err != nil {
 		return ratelimit.Decision{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}
+	if prefix != "" && s.partOf != nil {
+		prefix, key = "", prefix+key
+	}
 	p := s.partition(ctx, key)
 	gen := p.gen.Load()
 	if gen&1 != 0 {
-		return s.serve(ctx, key, r, p, nil)
+		return s.serve(ctx, prefix, key, r, p, nil)
 	}
-	d, err := s.callPrimary(ctx, key, r)
+	d, err := s.callPrimary(ctx, prefix, key, r)
 	if err == nil {
 		p.answered.Add(1)
 		return d, nil
@@ -264,7 +298,7 @@ func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (rat
 		return ratelimit.Decision{}, err
 	}
 	s.down(ctx, p, gen, err)
-	return s.serve(ctx, key, r, p, err)
+	return s.serve(ctx, prefix, key, r, p, err)
 }
 
 // Reset deletes the bucket at key in the primary and in this process. While
@@ -309,10 +343,18 @@ func (s *Store) Primary() ratelimit.Store { return s.primary }
 // share's limits, not the policy's.
 func (s *Store) Local() *memstore.Store { return s.local }
 
-func (s *Store) callPrimary(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+// callPrimary asks the primary to decide r on the key prefix+key, joining
+// the two only for a primary that does not take them apart.
+func (s *Store) callPrimary(ctx context.Context, prefix, key string, r ratelimit.Request) (ratelimit.Decision, error) {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	return s.primary.Apply(ctx, key, r)
+	switch {
+	case prefix == "":
+		return s.primary.Apply(ctx, key, r)
+	case s.split != nil:
+		return s.split.ApplySplit(ctx, prefix, key, r)
+	}
+	return s.primary.Apply(ctx, prefix+key, r)
 }
 
 func (s *Store) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -331,16 +373,17 @@ func (s *Store) isOutage(ctx context.Context, err error) bool {
 	return s.classify(err)
 }
 
-// serve answers a check with the outage behaviour. cause is the error of
-// this call when it is the one that found the primary down.
-func (s *Store) serve(ctx context.Context, key string, r ratelimit.Request, p *part, cause error) (ratelimit.Decision, error) {
+// serve answers a check on the key prefix+key with the outage behaviour.
+// cause is the error of this call when it is the one that found the primary
+// down.
+func (s *Store) serve(ctx context.Context, prefix, key string, r ratelimit.Request, p *part, cause error) (ratelimit.Decision, error) {
 	switch s.outage {
 	case ratelimit.FailOpen:
 		return s.unchecked(r, true)
 	case ratelimit.FailClosed:
 		return s.unchecked(r, false)
 	case ratelimit.LocalFallback:
-		return s.applyLocal(ctx, key, r)
+		return s.applyLocal(ctx, prefix, key, r)
 	}
 	if cause != nil {
 		return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
@@ -384,8 +427,9 @@ func emptyState(limits []ratelimit.Limit, now int64) ratelimit.State {
 	return st
 }
 
-// applyLocal decides r against the local bucket at key, under the share.
-func (s *Store) applyLocal(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+// applyLocal decides r against the local bucket at prefix+key, under the
+// share.
+func (s *Store) applyLocal(ctx context.Context, prefix, key string, r ratelimit.Request) (ratelimit.Decision, error) {
 	lr := r
 	if s.share > 1 {
 		lr.Limits = make([]ratelimit.Limit, len(r.Limits))
@@ -416,8 +460,17 @@ func (s *Store) applyLocal(ctx context.Context, key string, r ratelimit.Request)
 	}
 	// The call that found the primary down may have spent the caller's
 	// deadline on it; the local decision does not block, so it is still
-	// made.
-	d, err := s.local.Apply(context.WithoutCancel(ctx), key, lr)
+	// made. (Only then is ctx replaced: WithoutCancel allocates.)
+	if ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	var d ratelimit.Decision
+	var err error
+	if prefix != "" {
+		d, err = s.local.ApplySplit(ctx, prefix, key, lr)
+	} else {
+		d, err = s.local.Apply(ctx, key, lr)
+	}
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}

@@ -762,6 +762,180 @@ func TestPartitions(t *testing.T) {
 	}
 }
 
+// movingPartitions is a partitioned primary whose layout a test changes, as
+// a Cluster failover does: a key's partition is its first letter, renamed by
+// the moves, and the partitions in dead refuse every call and ping.
+type movingPartitions struct {
+	*fakePrimary
+	mu    sync.Mutex
+	moved map[string]string // first letter -> partition, when not the letter
+	dead  map[string]bool
+	pings map[string]int
+	// onFailedPing, when set, runs inside a ping that fails, as a
+	// reload of the layout does.
+	onFailedPing func()
+}
+
+func newMovingPartitions() *movingPartitions {
+	return &movingPartitions{fakePrimary: newFakePrimary(time.Now), moved: map[string]string{}, dead: map[string]bool{}, pings: map[string]int{}}
+}
+
+func (m *movingPartitions) partition(_ context.Context, key string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, ok := m.moved[key[:1]]; ok {
+		return p
+	}
+	return key[:1]
+}
+
+func (m *movingPartitions) ping(_ context.Context, part string) error {
+	m.mu.Lock()
+	m.pings[part]++
+	dead, reload := m.dead[part], m.onFailedPing
+	m.mu.Unlock()
+	if !dead {
+		return nil
+	}
+	if reload != nil {
+		reload()
+	}
+	return refusedError()
+}
+
+func (m *movingPartitions) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	if m.isDead(m.partition(ctx, key)) {
+		return ratelimit.Decision{}, refusedError()
+	}
+	return m.fakePrimary.Apply(ctx, key, r)
+}
+
+func (m *movingPartitions) isDead(part string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.dead[part]
+}
+
+func (m *movingPartitions) set(f func()) {
+	m.mu.Lock()
+	f()
+	m.mu.Unlock()
+}
+
+func (m *movingPartitions) pinged(part string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pings[part]
+}
+
+func TestPartitionsFollowAFailover(t *testing.T) {
+	ctx := context.Background()
+	// newStore returns a store whose partitions "a" and "b" have decided a
+	// check each, and the observer's events as "partition=alive".
+	newStore := func(t *testing.T) (*Store, *movingPartitions, func() string) {
+		m := newMovingPartitions()
+		var mu sync.Mutex
+		var events []string
+		s := mustNew(t, m, WithOutage(ratelimit.ReturnError), WithPartitions(m.partition, m.ping),
+			WithObserver(ratelimit.ObserverFuncs{Fallback: func(_ context.Context, e ratelimit.FallbackEvent) {
+				mu.Lock()
+				events = append(events, fmt.Sprint(e.Partition, "=", e.Alive))
+				mu.Unlock()
+			}}))
+		for _, k := range []string{"a1", "b1"} {
+			if _, err := s.Apply(ctx, k, req(perMinute100, 1, time.Time{})); err != nil {
+				t.Fatalf("%s while all up: %v", k, err)
+			}
+		}
+		return s, m, func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			return strings.Join(events, " ")
+		}
+	}
+	onPrimary := func(t *testing.T, s *Store, key string) {
+		t.Helper()
+		if d, err := s.Apply(ctx, key, req(perMinute100, 1, time.Time{})); err != nil || d.Source != ratelimit.SourceStore {
+			t.Fatalf("%s: %+v, %v; want the primary's decision", key, d, err)
+		}
+	}
+
+	t.Run("a dead partition whose keys moved is forgotten and stops holding IsAlive down", func(t *testing.T) {
+		s, m, events := newStore(t)
+		m.set(func() { m.dead["a"] = true })
+		if _, err := s.Apply(ctx, "a2", req(perMinute100, 1, time.Time{})); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("a key of the dead partition: %v, want ErrUnavailable", err)
+		}
+		if s.Probe(ctx) || s.IsAlive() {
+			t.Fatal("Probe or IsAlive true while a's keys still map to the dead partition")
+		}
+		m.set(func() { m.moved["a"] = "a'" }) // the replica of a is promoted
+		if !s.Probe(ctx) {
+			t.Error("Probe = false after a's keys moved to a live partition")
+		}
+		if !s.IsAlive() {
+			t.Error("IsAlive = false: the dead partition still counts though no key maps to it")
+		}
+		onPrimary(t, s, "a3")
+		pings := m.pinged("a")
+		s.Probe(ctx)
+		if m.pinged("a") != pings {
+			t.Error("the forgotten partition was pinged again")
+		}
+		if !s.IsAlive() {
+			t.Error("IsAlive = false after a second probe")
+		}
+		if got, want := events(), "a=false a=true"; got != want {
+			t.Errorf("events %q, want %q: the forgotten partition is heard back", got, want)
+		}
+	})
+
+	t.Run("a ping that reloads the layout gets its partition forgotten in the same probe", func(t *testing.T) {
+		s, m, events := newStore(t)
+		m.set(func() {
+			m.dead["a"] = true
+			m.onFailedPing = func() { m.set(func() { m.moved["a"] = "a'" }) }
+		})
+		if !s.Probe(ctx) || !s.IsAlive() {
+			t.Fatal("want the partition forgotten by the probe whose ping saw the new layout")
+		}
+		if got := events(); got != "" {
+			t.Errorf("events %q, want none: a partition that moved away is not reported down", got)
+		}
+		onPrimary(t, s, "a2")
+	})
+
+	t.Run("a live partition whose keys moved is forgotten without a ping", func(t *testing.T) {
+		s, m, _ := newStore(t)
+		m.set(func() { m.moved["b"] = "a" })
+		if !s.Probe(ctx) || m.pinged("b") != 0 {
+			t.Fatalf("b pinged %d times; want it forgotten before any ping", m.pinged("b"))
+		}
+		var names []string
+		s.each(func(name string, _ *part) { names = append(names, name) })
+		if len(names) != 1 || names[0] != "a" {
+			t.Errorf("partitions in use %v, want [a]", names)
+		}
+	})
+
+	t.Run("a key that maps to a forgotten partition again starts it afresh", func(t *testing.T) {
+		s, m, _ := newStore(t)
+		m.set(func() { m.dead["a"] = true })
+		s.Apply(ctx, "a2", req(perMinute100, 1, time.Time{}))
+		m.set(func() { m.moved["a"] = "a'" })
+		s.Probe(ctx)
+		// A key whose slot the dead partition still owns (say a slot
+		// migration moved only some): the first check finds it down again.
+		m.set(func() { m.moved["x"] = "a" })
+		if _, err := s.Apply(ctx, "x1", req(perMinute100, 1, time.Time{})); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("a key of the dead partition: %v, want ErrUnavailable", err)
+		}
+		if s.Probe(ctx) || s.IsAlive() {
+			t.Error("Probe or IsAlive true while a key maps to the dead partition")
+		}
+	})
+}
+
 // partitionedPrimary refuses the keys of one partition.
 type partitionedPrimary struct {
 	*fakePrimary

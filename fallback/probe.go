@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,11 @@ const minProbeBound = time.Second
 // part is the liveness flag of the primary, or of one partition of it.
 type part struct {
 	name string
+	// sample is the key whose check created the partition. While the
+	// partition function still maps it to name, some key maps there; once
+	// it maps elsewhere (a Cluster failover gave the slot to another
+	// master), the probe forgets the partition.
+	sample string
 	// gen counts transitions: even while alive, odd while down. A
 	// transition is a compare-and-swap from the generation its caller
 	// observed, so a call that started before the primary went down and
@@ -96,11 +102,30 @@ func (s *Store) partition(ctx context.Context, key string) *part {
 	if p, ok := s.parts.Load(name); ok {
 		return p.(*part)
 	}
-	p, _ := s.parts.LoadOrStore(name, &part{name: name})
+	p, _ := s.parts.LoadOrStore(name, &part{name: name, sample: strings.Clone(key)})
 	return p.(*part)
 }
 
-// each calls fn on every flag: the single one, or every partition seen.
+// forgetMoved drops p from the partitions when its sample key maps to
+// another partition now, and reports whether it did (or p was dropped
+// already). Checks no longer reach p, so it must not hold IsAlive down or be
+// pinged; a later key that still maps to p's name makes a new partition,
+// alive until a check or a probe finds otherwise. A p that was down is marked
+// alive, which the observer hears as the partition's return: its keys are
+// served by the primary again, through the partition that took them over.
+func (s *Store) forgetMoved(ctx context.Context, p *part) bool {
+	if s.partOf(ctx, p.sample) == p.name {
+		return false
+	}
+	if s.parts.CompareAndDelete(p.name, p) {
+		if gen := p.gen.Load(); gen&1 != 0 {
+			s.up(ctx, p, gen)
+		}
+	}
+	return true
+}
+
+// each calls fn on every flag: the single one, or every partition in use.
 func (s *Store) each(fn func(name string, p *part)) {
 	if s.partOf == nil {
 		fn("", s.single)
@@ -113,8 +138,8 @@ func (s *Store) each(fn func(name string, p *part)) {
 }
 
 // IsAlive reports whether checks go to the primary: false while it is marked
-// down (with WithPartitions, while any partition seen so far is), waiting for
-// a probe to find it again.
+// down (with WithPartitions, while any partition in use is), waiting for a
+// probe to find it again.
 func (s *Store) IsAlive() bool {
 	alive := true
 	s.each(func(_ string, p *part) { alive = alive && p.alive() })
@@ -123,7 +148,7 @@ func (s *Store) IsAlive() bool {
 
 // MarkDown marks the primary down without waiting for a call to fail, as a
 // probe does when it sees it go away. With WithPartitions it marks every
-// partition seen so far. Checks are answered by the outage behaviour until a
+// partition in use. Checks are answered by the outage behaviour until a
 // probe sees the primary answer, or until MarkAlive.
 func (s *Store) MarkDown() {
 	s.each(func(_ string, p *part) {
@@ -138,7 +163,7 @@ func (s *Store) MarkDown() {
 }
 
 // MarkAlive marks the primary as answering again (with WithPartitions, every
-// partition seen so far), so that checks go to it. Its buckets still hold
+// partition in use), so that checks go to it. Its buckets still hold
 // what the fleet left in them: this process picks up the fleet's quota, not
 // a fresh one.
 func (s *Store) MarkAlive() {
@@ -156,39 +181,42 @@ func (s *Store) MarkAlive() {
 // Probing reports whether a ProbeForever is running on this Store.
 func (s *Store) Probing() bool { return s.probing.Load() > 0 }
 
-// Probe pings the primary once (with WithPartitions, every partition seen so
-// far, at the same time) and marks it alive when it answers within ctx, or
+// Probe pings the primary once (with WithPartitions, every partition in
+// use, at the same time) and marks it alive when it answers within ctx, or
 // down when it does not, unless checks were answered by the primary while
 // the ping waited (then the ping, not the primary, was slow: a loaded
-// machine). It reports whether every ping was answered. An
-// unreachable primary is not an error here: it is what the outage behaviour
-// is for. A ctx cancelled before the answer changes nothing and reports
-// false. With WithPartitions and no check made yet there is nothing to ping,
-// and Probe reports true. Give ctx a deadline: a ping of a hung primary waits
-// for it (or for WithTimeout).
+// machine). It reports whether every ping was answered. An unreachable
+// primary is not an error here: it is what the outage behaviour is for. A
+// ctx cancelled before the answer changes nothing and reports false. Give
+// ctx a deadline: a ping of a hung primary waits for it (or for
+// WithTimeout).
+//
+// With WithPartitions, a partition is in use while the partition function
+// still maps to it the key whose check created it. Probe asks it before the
+// ping and again after a failed one (which may have reloaded the layout, see
+// WithPartitions), and forgets a partition that no longer has that key: it
+// is not pinged, does not count in the result or in IsAlive, and a later
+// key that maps to it again starts it afresh. With no partition in use there
+// is nothing to ping, and Probe reports true.
 func (s *Store) Probe(ctx context.Context) bool {
 	if s.partOf == nil {
 		return s.probeOne(ctx, s.single, s.ping)
 	}
-	type target struct {
-		name string
-		p    *part
-	}
-	var targets []target
-	s.each(func(name string, p *part) { targets = append(targets, target{name, p}) })
+	var targets []*part
+	s.each(func(_ string, p *part) { targets = append(targets, p) })
 	switch len(targets) {
 	case 0:
 		return true
 	case 1:
-		return s.probeOne(ctx, targets[0].p, func(ctx context.Context) error { return s.pingPart(ctx, targets[0].name) })
+		return s.probePart(ctx, targets[0])
 	}
 	var wg sync.WaitGroup
 	var down atomic.Bool
-	for _, t := range targets {
+	for _, p := range targets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if !s.probeOne(ctx, t.p, func(ctx context.Context) error { return s.pingPart(ctx, t.name) }) {
+			if !s.probePart(ctx, p) {
 				down.Store(true)
 			}
 		}()
@@ -197,7 +225,17 @@ func (s *Store) Probe(ctx context.Context) bool {
 	return !down.Load()
 }
 
-// probeOne pings one flag's primary and updates the flag.
+// probePart probes one partition, or forgets it when its key has moved.
+func (s *Store) probePart(ctx context.Context, p *part) bool {
+	if s.forgetMoved(ctx, p) {
+		return true
+	}
+	ping := func(ctx context.Context) error { return s.pingPart(ctx, p.name) }
+	return s.probeOne(ctx, p, ping)
+}
+
+// probeOne pings one flag's primary and updates the flag. After a failed
+// ping a partition whose key has moved is forgotten rather than marked down.
 func (s *Store) probeOne(ctx context.Context, p *part, ping func(context.Context) error) bool {
 	gen := p.gen.Load()
 	answered := p.answered.Load()
@@ -208,7 +246,13 @@ func (s *Store) probeOne(ctx context.Context, p *part, ping func(context.Context
 		s.up(ctx, p, gen)
 		return true
 	}
-	if !errors.Is(ctx.Err(), context.Canceled) && p.answered.Load() == answered {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return false
+	}
+	if p != s.single && s.forgetMoved(ctx, p) {
+		return true
+	}
+	if p.answered.Load() == answered {
 		s.down(ctx, p, gen, err)
 	}
 	return false
