@@ -131,8 +131,95 @@ if now ~= math.floor(now) then
   fail('time must be a whole number of microseconds')
 end
 
--- The stored bucket.
+-- uvarintenc encodes n, an integer from 0 to 2^52, as an unsigned LEB128 varint.
+local function uvarintenc(n)
+  if n < 128 then
+    return string.char(n)
+  elseif n < 16384 then
+    local q = floordiv(n, 128)
+    return string.char(n - q * 128 + 128, q)
+  elseif n < 2097152 then
+    local q1 = floordiv(n, 128)
+    local q2 = floordiv(q1, 128)
+    return string.char(n - q1 * 128 + 128, q1 - q2 * 128 + 128, q2)
+  end
+  local b = {}
+  while n >= 128 do
+    local q, r = divmod(n, 128)
+    b[#b + 1] = r + 128
+    n = q
+  end
+  b[#b + 1] = n
+  return string.char(unpack(b))
+end
+
 local key = KEYS[1]
+
+-- The fast path: one limit, and a bucket that this limit wrote or none. It is the general
+-- path below restricted to that case, on plain numbers instead of tables and loops; it
+-- returns nil for anything else (another policy, several limits, a value it cannot read),
+-- and the general path decides.
+local function fastpath()
+  local C, R, P = lc[1], lr[1], lp[1]
+  local full = C * P
+  local penc = uvarintenc(C) .. uvarintenc(R) .. uvarintenc(P)
+  local ok, raw = pcall(redis.call, 'GET', key)
+  if not ok then
+    return nil
+  end
+  local exists, last, L = false, 0, 0
+  if raw then
+    if #raw ~= 14 + #penc or string.sub(raw, 15) ~= penc then
+      return nil
+    end
+    last, L = struct.unpack('>I7I7', raw)
+    if last > MAX or L > full then
+      return nil
+    end
+    exists = true
+  end
+  local t0, back = now, 0
+  if exists then
+    if last > now then
+      t0, back = last, last - now
+    elseif now - last >= ceildiv(full - L, R) then
+      exists = false
+    end
+  end
+  local level = full
+  if exists then
+    local missing = full - L
+    if missing > 0 and t0 - last < ceildiv(missing, R) then
+      level = L + (t0 - last) * R
+    end
+  end
+  local need = cost * P
+  local a, retry = 0, 0
+  if level >= need then
+    a = 1
+    if not peek then
+      level = level - need
+    end
+  else
+    retry = ceildiv(need - level, R) + back
+  end
+  local reset = ceildiv(full - level, R)
+  local ttl = math.max(1, ceildiv(reset, 1000) + ceildiv(back, 1000))
+  if exists or not peek then
+    redis.call('SET', key, struct.pack('>I7I7', t0, level) .. penc, 'PX', ttl)
+  end
+  return {a, floordiv(level, P), retry, reset + back, 0}
+end
+
+if n == 1 then
+  local res = fastpath()
+  if res then
+    return res
+  end
+end
+
+-- The general path.
+-- The stored bucket.
 local ok, raw = pcall(redis.call, 'GET', key)
 if not ok then
   corrupt('not a string')
@@ -298,18 +385,6 @@ for i = 1, n do
 end
 local ttl = math.max(1, ceildiv(reset, 1000) + ceildiv(back, 1000))
 reset = reset + back
-
--- uvarintenc encodes n, an integer from 0 to 2^52, as an unsigned LEB128 varint.
-local function uvarintenc(n)
-  local b = {}
-  while n >= 128 do
-    local q, r = divmod(n, 128)
-    b[#b + 1] = r + 128
-    n = q
-  end
-  b[#b + 1] = n
-  return string.char(unpack(b))
-end
 
 if exists or not peek then
   local parts = {struct.pack('>I7', t0)}
