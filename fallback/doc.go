@@ -111,14 +111,14 @@
 // liveness flag per partition, for example per master address, with a ping
 // per partition: a dead master then sends only its own subjects to the
 // outage behaviour, and the other masters' subjects keep their shared
-// buckets. ClusterPartitions gives both functions for a go-redis
+// buckets. redisstore.ClusterPartitions gives both functions for a go-redis
 // ClusterClient. Without WithPartitions there is a single flag for the whole
 // primary.
 //
 // After a failover the dead master's address serves no key: every one of its
 // slots belongs to the promoted replica. The breaker keeps checks away from
 // the dead master, so the client learns the new layout only when something
-// reloads it; the partition ping of ClusterPartitions does when it fails (a
+// reloads it; the partition ping of redisstore.ClusterPartitions does when it fails (a
 // ping of your own should too, see WithPartitions). The probe then sees the
 // dead master's keys map to the promoted replica, forgets the dead master's
 // partition (so IsAlive is true again and the observer hears it come back)

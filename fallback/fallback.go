@@ -172,7 +172,7 @@ func WithProbe(ping func(ctx context.Context) error) Option {
 // primary. A failure then marks down only the partition of the key that
 // failed, MarkDown and MarkAlive act on every partition in use, and Probe
 // pings every partition in use, at the same time. For a go-redis
-// ClusterClient, ClusterPartitions returns both functions.
+// ClusterClient, redisstore.ClusterPartitions returns both functions.
 //
 // partition is called on every check, so it must be cheap and must not
 // block; go-redis's ClusterClient.MasterForKey reads its cached topology.

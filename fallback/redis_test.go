@@ -360,7 +360,7 @@ func TestProxyDropAndStall(t *testing.T) {
 // interval, with room for a loaded machine); afterwards they are decided by
 // the promoted replica, and IsAlive is true again within the same bound: the
 // dead master's partition, which no key maps to any more, is forgotten. The
-// LocalFallback store uses ClusterPartitions; the ReturnError one, on a
+// LocalFallback store uses redisstore.ClusterPartitions; the ReturnError one, on a
 // client of its own, a partition ping written by hand that calls ReloadState
 // when it fails, as WithPartitions documents.
 func TestClusterFailover(t *testing.T) {
@@ -396,7 +396,7 @@ func TestClusterFailover(t *testing.T) {
 		runProbe(t, s)
 		return s, lim
 	}
-	localStore, localLim := newStore(ratelimit.LocalFallback, cc, WithPartitions(ClusterPartitions(cc)))
+	localStore, localLim := newStore(ratelimit.LocalFallback, cc, WithPartitions(redisstore.ClusterPartitions(cc)))
 	errStore, errLim := newStore(ratelimit.ReturnError, ownCC, WithPartitions(partOf, pingMaster))
 
 	victim := c.Masters()[0]

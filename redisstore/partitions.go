@@ -1,4 +1,4 @@
-package fallback
+package redisstore
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 )
 
 // ClusterPartitions returns the partition and ping functions of
-// WithPartitions for a store on the Redis Cluster behind cc, one partition
+// fallback.WithPartitions for a store on the Redis Cluster behind cc, one partition
 // per master:
 //
-//	fallback.New(redisstore.New(cc), fallback.WithPartitions(fallback.ClusterPartitions(cc)))
+//	fallback.New(redisstore.New(cc), fallback.WithPartitions(redisstore.ClusterPartitions(cc)))
 //
 // A key's partition is the address of the master that owns its slot in cc's
 // cached layout ("" before cc has one), read without I/O. A partition's ping
