@@ -21,10 +21,10 @@ import (
 	"hash/maphash"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/exactlimit/ratelimit"
 )
@@ -54,16 +54,25 @@ type policy struct {
 }
 
 type shard struct {
-	mu      sync.Mutex
+	mu     sync.Mutex
+	spaces map[string]*space // by key prefix
+	last   *space            // the space of the latest check
+	n      int               // buckets in all spaces
+	ops    int
+	_      [24]byte // keep shards on separate cache lines
+}
+
+// space holds a shard's buckets of one key prefix (a Limiter's namespace),
+// keyed by the rest of the key: the prefix is kept once, not per bucket.
+type space struct {
+	prefix  string
 	buckets map[string]*entry
 	// extra holds the levels of the second and later limits of buckets
 	// written by a policy of several limits.
 	extra map[string]*[ratelimit.MaxLimits - 1]int64
-	ops   int
-	_     [32]byte // keep shards on separate cache lines
 }
 
-// entry is one bucket: 24 bytes, and 8 in the map.
+// entry is one bucket: 24 bytes, and 8 in the map beside its subject.
 type entry struct {
 	last    int64  // µs, the State's Last
 	level   int64  // the first limit's level
@@ -93,8 +102,7 @@ func New(opts ...Option) *Store {
 	}
 	s.policies.Store(new([]*policy))
 	for i := range s.shards {
-		s.shards[i].buckets = make(map[string]*entry)
-		s.shards[i].extra = make(map[string]*[ratelimit.MaxLimits - 1]int64)
+		s.shards[i].spaces = make(map[string]*space)
 	}
 	return s
 }
@@ -104,20 +112,42 @@ func New(opts ...Option) *Store {
 // cancelled context is an error: the decision itself never blocks. The store
 // keeps a copy of key, never key itself.
 func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
-	return s.apply(ctx, unsafe.Slice(unsafe.StringData(key), len(key)), r)
+	prefix, subject := split(key)
+	return s.apply(ctx, prefix, subject, r)
 }
 
-// ApplySplit is Apply on the key prefix+subject, without allocating the
-// joined key for a bucket that exists. Limiter uses it (see
+// ApplySplit is Apply on the key prefix+subject, without joining them: the
+// store keeps prefix once for all its buckets. Limiter uses it (see
 // ratelimit.SplitKeyStore).
 func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
-	var buf [128]byte
-	k := append(append(buf[:0], prefix...), subject...)
-	return s.apply(ctx, k, r)
+	if p, rest := split(prefix); p != prefix || rest != "" {
+		// Not a Limiter's length-framed prefix: file the key as Apply would.
+		return s.Apply(ctx, prefix+subject, r)
+	}
+	return s.apply(ctx, prefix, subject, r)
 }
 
-// apply decides r on the bucket at key, which it only reads.
-func (s *Store) apply(ctx context.Context, key []byte, r ratelimit.Request) (ratelimit.Decision, error) {
+// split cuts a Limiter's key, "<len(ns)>:<ns>:<subject>", after its prefix.
+// Any other key is all subject, with the empty prefix.
+func split(key string) (prefix, subject string) {
+	i := 0
+	n := 0
+	for i < len(key) && i < 10 && key[i] >= '0' && key[i] <= '9' {
+		n = n*10 + int(key[i]-'0')
+		i++
+	}
+	if i == 0 || i >= len(key) || key[i] != ':' {
+		return "", key
+	}
+	end := i + 1 + n
+	if end >= len(key) || key[end] != ':' {
+		return "", key
+	}
+	return key[:end+1], key[end+1:]
+}
+
+// apply decides r on the bucket at prefix+subject.
+func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}
@@ -140,10 +170,11 @@ func (s *Store) apply(ctx context.Context, key []byte, r ratelimit.Request) (rat
 	var bands [ratelimit.MaxLimits]ratelimit.Band
 	st := ratelimit.State{Bands: bands[:0]}
 
-	sh := &s.shards[maphash.Bytes(s.seed, key)%shardCount]
+	sh := &s.shards[maphash.String(s.seed, subject)%shardCount]
 	sh.mu.Lock()
 	swept := sh.sweep(s.seconds(clock))
-	e := sh.buckets[string(key)]
+	sp := sh.space(prefix)
+	e := sp.buckets[subject]
 	found := e != nil
 	var old *policy
 	if found {
@@ -152,7 +183,7 @@ func (s *Store) apply(ctx context.Context, key []byte, r ratelimit.Request) (rat
 		st.Last, st.Bands = e.last, bands[:m]
 		bands[0] = ratelimit.Band{Limit: old.limits[0], Level: e.level}
 		if m > 1 {
-			more := sh.extra[string(key)]
+			more := sp.extra[subject]
 			for i := 1; i < m; i++ {
 				bands[i] = ratelimit.Band{Limit: old.limits[i], Level: more[i-1]}
 			}
@@ -161,13 +192,13 @@ func (s *Store) apply(ctx context.Context, key []byte, r ratelimit.Request) (rat
 	d, ttl, write := st.Step(r, us)
 	if write {
 		if found && len(old.limits) > 1 && n == 1 {
-			delete(sh.extra, string(key))
+			delete(sp.extra, subject)
 		}
 		if n > 1 {
-			more := sh.extra[string(key)]
+			more := sp.extra[subject]
 			if more == nil {
 				more = new([ratelimit.MaxLimits - 1]int64)
-				sh.extra[string(key)] = more
+				sp.extra[strings.Clone(subject)] = more
 			}
 			for i := 1; i < n; i++ {
 				more[i-1] = st.Bands[i].Level
@@ -175,7 +206,8 @@ func (s *Store) apply(ctx context.Context, key []byte, r ratelimit.Request) (rat
 		}
 		if !found {
 			e = new(entry)
-			sh.buckets[string(key)] = e
+			sp.buckets[strings.Clone(subject)] = e
+			sh.n++
 		}
 		*e = entry{last: st.Last, level: st.Bands[0].Level, pol: p.index, expires: s.expiry(clock, ttl)}
 	}
@@ -256,10 +288,16 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sh := &s.shards[maphash.String(s.seed, key)%shardCount]
+	prefix, subject := split(key)
+	sh := &s.shards[maphash.String(s.seed, subject)%shardCount]
 	sh.mu.Lock()
-	delete(sh.buckets, key)
-	delete(sh.extra, key)
+	if sp := sh.spaces[prefix]; sp != nil {
+		if _, ok := sp.buckets[subject]; ok {
+			delete(sp.buckets, subject)
+			delete(sp.extra, subject)
+			sh.n--
+		}
+	}
 	sh.mu.Unlock()
 	return nil
 }
@@ -270,7 +308,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.buckets)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -295,7 +333,7 @@ func (s *Store) Sweep() {
 // reports whether it swept.
 func (sh *shard) sweep(now uint32) bool {
 	sh.ops++
-	if sh.ops < max(64, len(sh.buckets)) {
+	if sh.ops < max(64, sh.n) {
 		return false
 	}
 	sh.ops = 0
@@ -306,13 +344,34 @@ func (sh *shard) sweep(now uint32) bool {
 // sweepSome visits at most n buckets, from a random place in the shard, and
 // drops the expired ones.
 func (sh *shard) sweepSome(now uint32, n int) {
-	for k, e := range sh.buckets {
-		if n--; n < 0 {
-			return
-		}
-		if e.expires <= now {
-			delete(sh.buckets, k)
-			delete(sh.extra, k)
+	for _, sp := range sh.spaces {
+		for k, e := range sp.buckets {
+			if n--; n < 0 {
+				return
+			}
+			if e.expires <= now {
+				delete(sp.buckets, k)
+				delete(sp.extra, k)
+				sh.n--
+			}
 		}
 	}
+}
+
+// space returns the shard's space of prefix, making it if need be.
+func (sh *shard) space(prefix string) *space {
+	if sp := sh.last; sp != nil && sp.prefix == prefix {
+		return sp
+	}
+	sp := sh.spaces[prefix]
+	if sp == nil {
+		sp = &space{
+			prefix:  strings.Clone(prefix),
+			buckets: make(map[string]*entry),
+			extra:   make(map[string]*[ratelimit.MaxLimits - 1]int64),
+		}
+		sh.spaces[sp.prefix] = sp
+	}
+	sh.last = sp
+	return sp
 }

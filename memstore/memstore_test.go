@@ -83,3 +83,34 @@ func TestCancelledContext(t *testing.T) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 }
+
+func TestKeysOfAnyShape(t *testing.T) {
+	// Apply and ApplySplit reach the same bucket for a Limiter's keys, and
+	// keys that are not length-framed work too.
+	s := memstore.New(memstore.WithClock(storetest.NewClock(storetest.Start).Now))
+	ctx := context.Background()
+	r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerHour(3)}, Cost: 1}
+	for _, k := range []struct{ prefix, subject string }{
+		{"9:ratelimit:", "user:1"},
+		{"3:a:b:", "c"},
+		{"1:a:", "b:c"},
+		{"", "plain"},
+		{"12:", "short"},
+		{"x:", "y"},
+		{"0::", ""},
+	} {
+		if d, err := s.ApplySplit(ctx, k.prefix, k.subject, r); err != nil || d.Remaining != 2 {
+			t.Fatalf("ApplySplit(%q, %q) = %+v, %v; want 2 left", k.prefix, k.subject, d, err)
+		}
+		if d, err := s.Apply(ctx, k.prefix+k.subject, r); err != nil || d.Remaining != 1 {
+			t.Fatalf("Apply(%q) = %+v, %v; want 1 left: the same bucket", k.prefix+k.subject, d, err)
+		}
+		s.Reset(ctx, k.prefix+k.subject)
+		if d, _ := s.ApplySplit(ctx, k.prefix, k.subject, r); d.Remaining != 2 {
+			t.Fatalf("after Reset(%q), ApplySplit = %+v; want a full bucket", k.prefix+k.subject, d)
+		}
+	}
+	if got := s.Len(); got != 7 {
+		t.Fatalf("Len = %d, want 7 buckets", got)
+	}
+}
