@@ -5,8 +5,8 @@
 // It decides with ratelimit's Step, the same exact arithmetic as the Redis
 // script, so a Limiter gives the same Decisions on either store. Buckets are
 // spread over shards, each behind its own mutex; a bucket takes a few dozen
-// bytes besides its key, and the policies that wrote them are kept once per
-// store. A bucket is dropped once it would be full again on the store's clock
+// bytes besides its subject, while a Limiter's key prefix (its namespace) and
+// the policies that wrote the buckets are kept once. A bucket is dropped once it would be full again on the store's clock
 // (as a Redis key expires on the server's): each shard sweeps out such
 // buckets after as many checks as it holds buckets, and sweeps a part of
 // another shard at the same time, so memory follows the subjects active
