@@ -237,10 +237,6 @@ func variants() []variant {
 		{name: "binary, base-36 policy",
 			value: "1 byte band count, time and level as 8-byte doubles, policy in base 36 (\"rs.rs.lfls\")",
 			read:  luaPolicyCheck + luaB36 + binaryRead("b36", "(function(w) return tonumber(w, 36) end)", "."), write: binaryWrite},
-		{name: "lean encode", value: "as shipped; varints encoded without tables, one SET for one limit",
-			transform: leanEncode},
-		{name: "lean encode + one-limit fast path", value: "as shipped; one limit on a bucket it wrote decided on scalars",
-			transform: fastPath},
 		{name: "text, base 36",
 			value: "\"last L c.r.p\" as text with every number in base 36",
 			read:  luaPolicyCheck + luaB36 + text36Read, write: text36Write},
@@ -253,6 +249,13 @@ func (v variant) derive() (string, error) {
 	if v.transform != nil {
 		return v.transform(s)
 	}
+	// The variants change the stored value: the shipped script's fast path,
+	// which reads and writes the shipped value, is cut out, and the blocks
+	// are replaced in the general path.
+	head, general, err := generalPath(s)
+	if err != nil {
+		return "", fmt.Errorf("variant %q: %w", v.name, err)
+	}
 	replace := func(s, from, to, with string) (string, error) {
 		i := strings.Index(s, from)
 		if i < 0 {
@@ -264,9 +267,23 @@ func (v variant) derive() (string, error) {
 		}
 		return s[:i] + with + s[i+j:], nil
 	}
-	s, err := replace(s, readFrom, readTo, v.read)
+	tail, err := replace(general, readFrom, readTo, v.read)
 	if err != nil {
 		return "", err
 	}
-	return replace(s, writeFrom, writeTo, v.write)
+	tail, err = replace(tail, writeFrom, writeTo, v.write)
+	return head + tail, err
+}
+
+// generalPath splits the shipped script before its general path, with the
+// call of its one-limit fast path cut out of the head: head+general decides
+// every request on the general path.
+func generalPath(s string) (head, general string, err error) {
+	const marker = "-- The general path."
+	const call = "if n == 1 then\n  local res = fastpath()\n  if res then\n    return res\n  end\nend\n"
+	g := strings.Index(s, marker)
+	if g < 0 || !strings.Contains(s[:g], call) {
+		return "", "", fmt.Errorf("the fast path of tokenbucket.lua changed")
+	}
+	return strings.Replace(s[:g], call, "", 1), s[g:], nil
 }
