@@ -551,3 +551,21 @@ func TestPing(t *testing.T) {
 		t.Fatalf("Ping of a cluster: %v", err)
 	}
 }
+
+func TestSuiteSentinel(t *testing.T) {
+	master := redistest.StartServer(t)
+	sentinel := redistest.StartSentinel(t, "limiter", master)
+	o := redistest.ClientOptions(sentinel.Addr())
+	o.MasterName = "limiter"
+	client := redis.NewUniversalClient(o) // a failover client: the master found through Sentinel
+	t.Cleanup(func() { client.Close() })
+	if _, ok := client.(*redis.Client); !ok {
+		t.Fatalf("UniversalOptions with MasterName gave a %T, want a failover *redis.Client", client)
+	}
+	store := redisstore.New(client)
+	defer store.Close()
+	storetest.Run(t, store)
+	if err := store.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping through Sentinel: %v", err)
+	}
+}

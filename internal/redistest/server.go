@@ -47,7 +47,8 @@ type Server struct {
 	dir        string
 	logPath    string
 	port       int
-	busPort    int // cluster bus port, 0 when cluster mode is off
+	busPort    int    // cluster bus port, 0 when cluster mode is off
+	configPath string // a config file given before the other arguments, or ""
 	extraArgs  []string
 
 	mu     sync.Mutex
@@ -70,7 +71,26 @@ func StartServer(t testing.TB, extraArgs ...string) *Server {
 	return startServer(t, serverPath, extraArgs)
 }
 
+// StartSentinel starts a Redis Sentinel (redis-server --sentinel) on
+// 127.0.0.1 on a free port that monitors master under the name masterName,
+// with a quorum of 1 and a master declared down after 1 s. It is killed like
+// a server started by StartServer.
+func StartSentinel(t testing.TB, masterName string, master *Server) *Server {
+	t.Helper()
+	serverPath, _ := Find(t)
+	config := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 1000\n",
+		masterName, master.Port(), masterName)
+	return startServerConfig(t, serverPath, config, []string{"--sentinel"})
+}
+
 func startServer(t testing.TB, serverPath string, extraArgs []string) *Server {
+	t.Helper()
+	return startServerConfig(t, serverPath, "", extraArgs)
+}
+
+// startServerConfig starts a server; a non-empty config is written to a file
+// in its directory and named first on its command line.
+func startServerConfig(t testing.TB, serverPath, config string, extraArgs []string) *Server {
 	t.Helper()
 	dir := t.TempDir() // registered before the kill below, so removed after it
 	s := &Server{
@@ -78,6 +98,12 @@ func startServer(t testing.TB, serverPath string, extraArgs []string) *Server {
 		dir:        dir,
 		logPath:    filepath.Join(dir, "redis.log"),
 		extraArgs:  append([]string(nil), extraArgs...),
+	}
+	if config != "" {
+		s.configPath = filepath.Join(dir, "redis.conf")
+		if err := os.WriteFile(s.configPath, []byte(config), 0o644); err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
 	}
 	t.Cleanup(s.Close)
 	cluster := hasClusterEnabled(extraArgs)
@@ -136,7 +162,11 @@ func freePort() (int, error) {
 }
 
 func (s *Server) args() []string {
-	args := []string{
+	var args []string
+	if s.configPath != "" {
+		args = append(args, s.configPath)
+	}
+	args = append(args,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--protected-mode", "yes",
@@ -145,7 +175,7 @@ func (s *Server) args() []string {
 		"--daemonize", "no",
 		"--logfile", "",
 		"--dir", s.dir,
-	}
+	)
 	if s.busPort != 0 {
 		args = append(args, "--cluster-port", strconv.Itoa(s.busPort))
 	}
