@@ -2,9 +2,9 @@ package redisstore
 
 import (
 	"context"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // ClusterPartitions returns the partition and ping functions of
@@ -24,22 +24,34 @@ import (
 // finds the dead master's keys on the promoted replica, forgets the dead
 // master's partition and lets those keys go to the shared buckets again.
 func ClusterPartitions(cc *redis.ClusterClient) (partition func(ctx context.Context, key string) string, ping func(ctx context.Context, addr string) error) {
-	var masters sync.Map // address -> *redis.Options of the master there
+	// The probe's options come from the cluster's, read once here: a node
+	// client's own Options may be written while it connects.
+	co := cc.Options()
+	base := redis.Options{
+		Username:              co.Username,
+		Password:              co.Password,
+		CredentialsProvider:   co.CredentialsProvider,
+		TLSConfig:             co.TLSConfig,
+		Dialer:                co.Dialer,
+		Protocol:              co.Protocol,
+		DialTimeout:           co.DialTimeout,
+		ReadTimeout:           co.ReadTimeout,
+		WriteTimeout:          co.WriteTimeout,
+		ContextTimeoutEnabled: true,
+	}
 	partition = func(ctx context.Context, key string) string {
 		m, err := cc.MasterForKey(ctx, key)
 		if err != nil {
 			return ""
 		}
-		o := m.Options()
-		if _, ok := masters.Load(o.Addr); !ok {
-			masters.Store(o.Addr, o)
-		}
-		return o.Addr
+		return m.Options().Addr // set when the node client is made, never written after
 	}
 	ping = func(ctx context.Context, addr string) error {
 		var err error
-		if o, ok := masters.Load(addr); ok {
-			err = pingAlone(ctx, o.(*redis.Options))
+		if addr != "" {
+			o := base
+			o.Addr = addr
+			err = pingAlone(ctx, &o)
 		} else {
 			// "": no layout yet when the partition was named.
 			err = cc.Ping(ctx).Err()
@@ -57,11 +69,18 @@ func ClusterPartitions(cc *redis.ClusterClient) (partition func(ctx context.Cont
 // pingAlone sends PING to the server of o on a client of one connection,
 // closed after the ping.
 func pingAlone(ctx context.Context, o *redis.Options) error {
-	po := *o
-	po.PoolSize, po.MinIdleConns, po.MaxIdleConns = 1, 0, 0
-	po.MaxRetries, po.DialerRetries = -1, 1
-	po.ContextTimeoutEnabled = true
-	c := redis.NewClient(&po)
+	c := redis.NewClient(probeOptions(o))
 	defer c.Close()
 	return c.Ping(ctx).Err()
+}
+
+// probeOptions returns a copy of o for a probe: one connection, no retries,
+// one dial attempt, no maintenance-notification handshake.
+func probeOptions(o *redis.Options) *redis.Options {
+	po := *o
+	po.PoolSize, po.MinIdleConns, po.MaxIdleConns = 1, 0, 1
+	po.MaxRetries, po.DialerRetries = -1, 1
+	po.ContextTimeoutEnabled = true
+	po.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return &po
 }

@@ -42,6 +42,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Script is the body of tokenbucket.lua, the Redis twin of ratelimit's Step.
@@ -65,8 +66,9 @@ type Store struct {
 	coalesce bool
 	batch    coalescer
 
-	probeMu sync.Mutex
-	probe   *redis.Client // Ping's own connection to a single server
+	probeMu   sync.Mutex
+	probeOpts *redis.Options // for Ping on a single server, read at New
+	probe     *redis.Client  // Ping's own connection to a single server
 }
 
 // Option configures a Store.
@@ -85,12 +87,18 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	if c, ok := client.(*redis.Client); ok {
+		// Read once, now: go-redis may write a client's Options while it
+		// opens a connection.
+		s.probeOpts = probeOptions(c.Options())
+	}
 	return s
 }
 
 // ClientOptions returns o with the settings a limiter needs: no command
 // retries (a retried script call can spend twice), deadlines taken from the
-// caller's context, and one dial attempt per connection. Fields o already
+// caller's context, one dial attempt per connection, and no
+// maintenance-notification handshake on a new connection. Fields o already
 // sets to something else than its zero value are left alone, except
 // MaxRetries, which is always -1.
 //
@@ -104,6 +112,11 @@ func ClientOptions(o *redis.UniversalOptions) *redis.UniversalOptions {
 	o.ContextTimeoutEnabled = true
 	if o.DialerRetries == 0 {
 		o.DialerRetries = 1
+	}
+	if o.MaintNotificationsConfig == nil {
+		// No CLIENT MAINT_NOTIFICATIONS handshake on each new connection
+		// (a round trip, refused by Redis before 8).
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	}
 	return o
 }
@@ -152,10 +165,7 @@ func (s *Store) Ping(ctx context.Context) error {
 		s.probeMu.Lock()
 		defer s.probeMu.Unlock()
 		if s.probe == nil {
-			o := *c.Options()
-			o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 1, 0, 1
-			o.MaxRetries, o.DialerRetries = -1, 1
-			s.probe = redis.NewClient(&o)
+			s.probe = redis.NewClient(s.probeOpts)
 		}
 		err := s.probe.Ping(ctx).Err()
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Client timeouts of NewClient and NewClusterClient: short, so that a test
@@ -38,6 +39,9 @@ func ClientOptions(addrs ...string) *redis.UniversalOptions {
 		ReadTimeout:           ClientReadTimeout,
 		WriteTimeout:          ClientWriteTimeout,
 		PoolTimeout:           ClientPoolTimeout,
+		// No maintenance-notification handshake, which go-redis would
+		// otherwise try (and give up, writing its options) per connection.
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
 }
 
