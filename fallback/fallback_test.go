@@ -67,7 +67,7 @@ func TestAliveDecisionsAreThePrimarys(t *testing.T) {
 		if err != nil || got != want {
 			t.Fatalf("check %d = %+v, %v; want %+v", i, got, err, want)
 		}
-		clk.Advance(100 * time.Millisecond)
+		clk.Add(100 * time.Millisecond)
 	}
 	if got := p.calls.Load(); got != 120 {
 		t.Errorf("primary calls = %d, want 120", got)
@@ -318,7 +318,7 @@ func TestLocalFallbackIsTheSameArithmetic(t *testing.T) {
 		if err != nil || werr != nil || got != want {
 			t.Fatalf("check %d %+v on %s = %+v, %v; memstore says %+v, %v", i, r, key, got, err, want, werr)
 		}
-		clk.Advance(time.Duration(rng.Int64N(int64(700 * time.Millisecond))))
+		clk.Add(time.Duration(rng.Int64N(int64(700 * time.Millisecond))))
 	}
 }
 
@@ -367,7 +367,7 @@ func TestFleetShareDuringAnOutage(t *testing.T) {
 	if admitted != 25 {
 		t.Errorf("admitted %d of 100/min with a share of 4 and the clock stopped, want 25", admitted)
 	}
-	clk.Advance(12 * time.Second) // 25/min refills 5 tokens in 12 s
+	clk.Add(12 * time.Second) // 25/min refills 5 tokens in 12 s
 	for range 10 {
 		if d, _ := s.Apply(ctx, "k", req(perMinute100, 1, clk.Now())); d.Allowed {
 			admitted++
@@ -414,7 +414,7 @@ func TestFleetShareBound(t *testing.T) {
 					if d.Allowed {
 						admitted++
 					}
-					clk.Advance(time.Duration(rng.Int64N(int64(5 * time.Millisecond))))
+					clk.Add(time.Duration(rng.Int64N(int64(5 * time.Millisecond))))
 				}
 				elapsed := clk.Now().Sub(start)
 				sh := Share(policy, n)
@@ -1003,7 +1003,7 @@ func TestObserver(t *testing.T) {
 	s.Apply(callCtx, "k", req(perMinute100, 1, time.Time{}))
 	s.Apply(callCtx, "k", req(perMinute100, 1, time.Time{})) // the breaker: no change
 	s.Probe(probeCtx)                                        // still refused: no change
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	p.set(up)
 	s.Probe(probeCtx)
 	s.MarkAlive() // already alive: no change
