@@ -41,19 +41,10 @@ type Pinger interface {
 // and a liveness probe. The zero Store is not usable; call New. A Store is
 // safe for simultaneous use by multiple goroutines.
 type Store struct {
-	primary  ratelimit.Store
-	split    ratelimit.SplitKeyStore // primary, when it takes split keys
-	outage   ratelimit.Outage
-	share    int64
-	clock    func() time.Time
-	timeout  time.Duration
-	classify func(error) bool
-	ping     func(ctx context.Context) error
-	partOf   func(ctx context.Context, key string) string
-	pingPart func(ctx context.Context, partition string) error
-	local    *memstore.Store
-
-	observer ratelimit.FallbackObserver
+	config  // the options, as New completed them
+	primary ratelimit.Store
+	split   ratelimit.SplitKeyStore // primary, when it takes split keys
+	local   *memstore.Store
 
 	single  *part    // the one flag, without WithPartitions
 	parts   sync.Map // partition name -> *part, with WithPartitions
@@ -227,18 +218,10 @@ func New(primary ratelimit.Store, opts ...Option) (*Store, error) {
 		return nil, errors.Join(c.errs...)
 	}
 	s := &Store{
-		primary:  primary,
-		outage:   c.outage,
-		share:    c.share,
-		clock:    c.clock,
-		timeout:  c.timeout,
-		classify: c.classify,
-		ping:     c.ping,
-		partOf:   c.partOf,
-		pingPart: c.pingPart,
-		observer: c.observer,
-		local:    memstore.New(memstore.WithClock(c.clock)),
-		single:   &part{},
+		config:  c,
+		primary: primary,
+		local:   memstore.New(memstore.WithClock(c.clock)),
+		single:  &part{},
 	}
 	s.split, _ = primary.(ratelimit.SplitKeyStore)
 	if s.ping == nil {
