@@ -19,11 +19,7 @@ import (
 func TestApplyBatch(t *testing.T) {
 	srv, admin := standalone(t)
 	ctx := context.Background()
-	client := redistest.NewClient(srv.Addr())
-	defer client.Close()
-	client.Ping(ctx)
-	hook := &sent{}
-	client.AddHook(hook)
+	client, hook := hookedClient(t, srv)
 	store := redisstore.New(client)
 	l, _ := ratelimit.New[string](store, ratelimit.PerMinute(2), ratelimit.WithClock(func() time.Time { return storetest.Start }))
 	item := func(subject string, cost int64) ratelimit.BatchItem {
@@ -66,11 +62,7 @@ func TestApplyBatch(t *testing.T) {
 func TestCoalescingSendsConcurrentChecksTogether(t *testing.T) {
 	srv, _ := standalone(t)
 	ctx := context.Background()
-	client := redistest.NewClient(srv.Addr())
-	defer client.Close()
-	client.Ping(ctx)
-	hook := &sent{}
-	client.AddHook(hook)
+	client, hook := hookedClient(t, srv)
 	l, _ := ratelimit.New[int](redisstore.New(client), ratelimit.PerHour(300), ratelimit.WithClock(func() time.Time { return storetest.Start }))
 	var admitted atomic.Int64
 	var wg sync.WaitGroup

@@ -269,6 +269,20 @@ func commandCalls(t *testing.T, c redis.UniversalClient, cmd string) int {
 	return 0
 }
 
+// hookedClient returns a client of srv with an open connection, and the hook
+// that records what it sends from then on.
+func hookedClient(t *testing.T, srv *redistest.Server) (redis.UniversalClient, *sent) {
+	t.Helper()
+	client := redistest.NewClient(srv.Addr())
+	t.Cleanup(func() { client.Close() })
+	if err := client.Ping(context.Background()).Err(); err != nil { // open the connection first
+		t.Fatal(err)
+	}
+	hook := &sent{}
+	client.AddHook(hook)
+	return client, hook
+}
+
 // sent records the commands a client sends: one entry in names per single
 // command, one in pipes per pipeline.
 type sent struct {
@@ -302,13 +316,7 @@ func (h *sent) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 func TestOneRoundTripAndOneEvalOnNoscript(t *testing.T) {
 	srv, admin := standalone(t)
 	ctx := context.Background()
-	client := redistest.NewClient(srv.Addr())
-	defer client.Close()
-	if err := client.Ping(ctx).Err(); err != nil { // open the connection first
-		t.Fatal(err)
-	}
-	hook := &sent{}
-	client.AddHook(hook)
+	client, hook := hookedClient(t, srv)
 	l, _ := ratelimit.New[string](redisstore.New(client), ratelimit.PerSecond(10))
 	admin.ScriptFlush(ctx)
 	admin.ConfigResetStat(ctx)

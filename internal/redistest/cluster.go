@@ -117,20 +117,30 @@ func StartCluster(t testing.TB, masters, replicasPerMaster int) *Cluster {
 	}
 }
 
+// okSlots returns the slot ranges node s reports, or why it cannot: it does
+// not answer, or its cluster_state is not ok.
+func (c *Cluster) okSlots(s *Server) ([]slotRange, string) {
+	info, err := doString(s.Addr(), queryTimeout, "CLUSTER", "INFO")
+	if err != nil {
+		return nil, fmt.Sprintf("%s: CLUSTER INFO: %v", s.Addr(), err)
+	}
+	if st := infoField(info, "cluster_state"); st != "ok" {
+		return nil, fmt.Sprintf("%s: cluster_state:%s", s.Addr(), st)
+	}
+	ranges, err := c.slotsFrom(s)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return ranges, ""
+}
+
 // notReady returns why the cluster has not converged yet, or "".
 func (c *Cluster) notReady(masters, replicasPerMaster int) string {
 	var first []slotRange
 	for _, s := range c.nodes {
-		info, err := doString(s.Addr(), queryTimeout, "CLUSTER", "INFO")
-		if err != nil {
-			return fmt.Sprintf("%s: CLUSTER INFO: %v", s.Addr(), err)
-		}
-		if st := infoField(info, "cluster_state"); st != "ok" {
-			return fmt.Sprintf("%s: cluster_state:%s", s.Addr(), st)
-		}
-		ranges, err := c.slotsFrom(s)
-		if err != nil {
-			return err.Error()
+		ranges, why := c.okSlots(s)
+		if why != "" {
+			return why
 		}
 		if err := checkCoverage(ranges); err != nil {
 			return fmt.Sprintf("%s: %v", s.Addr(), err)
@@ -392,16 +402,9 @@ func (c *Cluster) failoverPending(killed *Server, lost [][2]int) string {
 			continue
 		}
 		live++
-		info, err := doString(s.Addr(), queryTimeout, "CLUSTER", "INFO")
-		if err != nil {
-			return fmt.Sprintf("%s: CLUSTER INFO: %v", s.Addr(), err)
-		}
-		if st := infoField(info, "cluster_state"); st != "ok" {
-			return fmt.Sprintf("%s: cluster_state:%s", s.Addr(), st)
-		}
-		ranges, err := c.slotsFrom(s)
-		if err != nil {
-			return err.Error()
+		ranges, why := c.okSlots(s)
+		if why != "" {
+			return why
 		}
 		for _, l := range lost {
 			for slot := l[0]; slot <= l[1]; {
