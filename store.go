@@ -95,3 +95,21 @@ type SplitKeyStore interface {
 	Store
 	ApplySplit(ctx context.Context, prefix, subject string, r Request) (Decision, error)
 }
+
+// AtomicStore is a Store that can decide checks on several keys as one, all
+// or nothing: a request limited by several buckets at once (per client and
+// per route, say) is charged by all of them or by none.
+type AtomicStore interface {
+	Store
+	// ApplyAll decides items together, atomically with respect to every
+	// other call on the same keys. When every item's bucket holds its cost,
+	// each cost is taken and every Decision is Allowed. Otherwise nothing is
+	// taken from any bucket; each Decision then reports its own bucket
+	// (Allowed when that bucket alone held its cost, with Remaining the
+	// untouched balance), and at least one is not Allowed. A peek item takes
+	// nothing either way and is Allowed while one token is there. Each item
+	// must be valid (see Request.Validate) and have a distinct key. The
+	// error means nothing was decided and nothing taken; item Errs are not
+	// used.
+	ApplyAll(ctx context.Context, items []BatchItem) error
+}
