@@ -3,15 +3,24 @@
 // package fallback.
 //
 // It decides with ratelimit's Step, the same exact arithmetic as the Redis
-// script, so a Limiter gives the same Decisions on either store. Buckets are
-// spread over shards, each behind its own mutex; a bucket takes a few dozen
-// bytes besides its subject, while a Limiter's key prefix (its namespace) and
-// the policies that wrote the buckets are kept once. A bucket is dropped once it would be full again on the store's clock
-// (as a Redis key expires on the server's): each shard sweeps out such
-// buckets after as many checks as it holds buckets, and sweeps a part of
-// another shard at the same time, so memory follows the subjects active
-// within one refill window at a constant amortized cost per check. The store
-// starts no goroutine.
+// script, so a Limiter gives the same Decisions on either store.
+//
+// Buckets are spread over shards, each behind its own mutex. A bucket is kept
+// by value beside its subject: a subject of up to 15 bytes costs about 60
+// heap bytes with its bucket, one of up to 39 bytes about 100, and a longer
+// one its own copy besides. A Limiter's key prefix (its namespace) is kept
+// once per shard, and each policy once per store, found by its value in
+// constant time however many policies there are.
+//
+// A bucket is dropped once it would be full again on the store's clock (as a
+// Redis key expires on the server's): each shard sweeps out such buckets after
+// as many checks as it holds buckets, and sweeps a part of another shard at
+// the same time, so memory follows the subjects active within one refill
+// window at a constant amortized cost per check. A namespace whose buckets are
+// all gone, and a policy that no bucket uses any more, are dropped with them,
+// and the tables that held them shrink once they are mostly empty. Checking
+// an existing or a dropped subject of up to 39 bytes allocates nothing,
+// except now and then to grow a table. The store starts no goroutine.
 //
 // A Store is safe for simultaneous use by multiple goroutines.
 package memstore
@@ -25,6 +34,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/exactlimit/ratelimit"
 )
@@ -39,45 +49,83 @@ type Store struct {
 	base   int64            // µs on the store's clock at start; expiry seconds count from it
 	cursor atomic.Uint32    // the next shard a sweep visits besides its own
 
-	polMu    sync.Mutex
-	policies atomic.Pointer[[]*policy] // copy on write; a policy's index never changes
+	// policies holds every policy some shard refers to, by value. Lock
+	// order: a shard's mu, then polMu.
+	polMu    sync.RWMutex
+	policies map[policyKey]*policy
+	polPeak  int // the most policies held since policies was made
 
 	shards [shardCount]shard
+}
+
+// policyKey is a policy in comparable form: its limits, zero beyond n.
+type policyKey struct {
+	n int
+	l [ratelimit.MaxLimits]ratelimit.Limit
 }
 
 // policy is a validated policy, kept once per store and shared by the
 // buckets it wrote.
 type policy struct {
-	limits []ratelimit.Limit
+	key    policyKey
+	limits []ratelimit.Limit // key.l[:key.n]
 	minCap int64
-	index  uint32
+	shards int // shards that refer to it; guarded by Store.polMu
 }
 
 type shard struct {
+	shardState
+	// Keep each shard's lock and counters on cache lines of their own.
+	_ [(128 - unsafe.Sizeof(shardState{})%128) % 128]byte
+}
+
+type shardState struct {
 	mu     sync.Mutex
-	spaces map[string]*space // by key prefix
 	last   *space            // the space of the latest check
+	recent *policy           // the policy of the latest check
+	spaces map[string]*space // by key prefix
+	peak   int               // the most spaces held since spaces was made
 	n      int               // buckets in all spaces
-	ops    int
-	_      [24]byte // keep shards on separate cache lines
+	ops    int               // checks since the last sweep
+	pols   []polRef          // the policies of the shard's buckets, by entry.pol
+	free   []uint32          // unused indexes of pols
+	polAt  map[*policy]uint32
+}
+
+// polRef is a policy some of a shard's buckets were written by.
+type polRef struct {
+	p    *policy
+	refs int // buckets of the shard written by p
 }
 
 // space holds a shard's buckets of one key prefix (a Limiter's namespace),
 // keyed by the rest of the key: the prefix is kept once, not per bucket.
+// Subjects are kept in one of three tables by their length.
 type space struct {
-	prefix  string
-	buckets map[string]*entry
-	// extra holds the levels of the second and later limits of buckets
-	// written by a policy of several limits.
-	extra map[string]*[ratelimit.MaxLimits - 1]int64
+	prefix string
+	n      int             // buckets in the three tables
+	short  table[[16]byte] // subjects of up to 15 bytes
+	mid    table[[40]byte] // subjects of 16 to 39 bytes
+	long   table[string]   // longer subjects, each its own copy
 }
 
-// entry is one bucket: 24 bytes, and 8 in the map beside its subject.
-type entry struct {
-	last    int64  // µs, the State's Last
-	level   int64  // the first limit's level
-	pol     uint32 // the index of the policy that wrote the bucket
-	expires uint32 // whole seconds after base, rounded up, on the store's clock
+// Subjects of up to maxShort and maxMid bytes are kept in fixed arrays, their
+// length in the last byte.
+const (
+	maxShort = 15
+	maxMid   = 39
+)
+
+func shortKey(s string) (k [16]byte) {
+	copy(k[:maxShort], s)
+	k[maxShort] = byte(len(s))
+	return k
+}
+
+func midKey(s string) (k [40]byte) {
+	copy(k[:maxMid], s)
+	k[maxMid] = byte(len(s))
+	return k
 }
 
 // Option configures a Store.
@@ -92,7 +140,7 @@ func WithClock(clock func() time.Time) Option { return func(s *Store) { s.clock 
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
-	s := &Store{seed: maphash.MakeSeed(), start: time.Now()}
+	s := &Store{seed: maphash.MakeSeed(), start: time.Now(), policies: make(map[policyKey]*policy)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -100,9 +148,9 @@ func New(opts ...Option) *Store {
 	if s.clock != nil {
 		s.base = s.clock().UnixMicro()
 	}
-	s.policies.Store(new([]*policy))
 	for i := range s.shards {
 		s.shards[i].spaces = make(map[string]*space)
+		s.shards[i].polAt = make(map[*policy]uint32)
 	}
 	return s
 }
@@ -151,10 +199,6 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	p := s.policyFor(r.Limits)
-	if p == nil || !r.Peek && (r.Cost < 1 || r.Cost > p.minCap) {
-		return ratelimit.Decision{}, r.Validate()
-	}
 	// Buckets expire on the store's own clock, as Redis keys expire on the
 	// server's, whatever time the request carries.
 	clock := s.now()
@@ -163,53 +207,30 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 		us = r.Now.UnixMicro()
 	}
 	if us < 0 || us > ratelimit.MaxExact {
+		if err := r.Validate(); err != nil {
+			return ratelimit.Decision{}, err
+		}
 		_, err := ratelimit.Micros(time.UnixMicro(us))
 		return ratelimit.Decision{}, err
 	}
-	n := len(p.limits)
-	var bands [ratelimit.MaxLimits]ratelimit.Band
-	st := ratelimit.State{Bands: bands[:0]}
 
-	sh := &s.shards[maphash.String(s.seed, subject)%shardCount]
+	sh := s.shardOf(subject)
 	sh.mu.Lock()
-	swept := sh.sweep(s.seconds(clock))
-	sp := sh.space(prefix)
-	e := sp.buckets[subject]
-	found := e != nil
-	var old *policy
-	if found {
-		old = s.policy(e.pol)
-		m := len(old.limits)
-		st.Last, st.Bands = e.last, bands[:m]
-		bands[0] = ratelimit.Band{Limit: old.limits[0], Level: e.level}
-		if m > 1 {
-			more := sp.extra[subject]
-			for i := 1; i < m; i++ {
-				bands[i] = ratelimit.Band{Limit: old.limits[i], Level: more[i-1]}
-			}
-		}
+	swept := s.sweep(sh, s.seconds(clock))
+	p := s.policyIn(sh, r.Limits)
+	if p == nil || !r.Peek && (r.Cost < 1 || r.Cost > p.minCap) {
+		sh.mu.Unlock()
+		return ratelimit.Decision{}, r.Validate()
 	}
+	var bands [ratelimit.MaxLimits]ratelimit.Band
+	sp := sh.last
+	if sp == nil || sp.prefix != prefix {
+		sp = sh.spaces[prefix]
+	}
+	st, e := sh.load(sp, subject, &bands)
 	d, ttl, write := st.Step(r, us)
 	if write {
-		if found && len(old.limits) > 1 && n == 1 {
-			delete(sp.extra, subject)
-		}
-		if n > 1 {
-			more := sp.extra[subject]
-			if more == nil {
-				more = new([ratelimit.MaxLimits - 1]int64)
-				sp.extra[strings.Clone(subject)] = more
-			}
-			for i := 1; i < n; i++ {
-				more[i-1] = st.Bands[i].Level
-			}
-		}
-		if !found {
-			e = new(entry)
-			sp.buckets[strings.Clone(subject)] = e
-			sh.n++
-		}
-		*e = entry{last: st.Last, level: st.Bands[0].Level, pol: p.index, expires: s.expiry(clock, ttl)}
+		s.store(sh, sp, prefix, subject, st, p, e, s.expiry(clock, ttl))
 	}
 	sh.mu.Unlock()
 	if swept {
@@ -217,16 +238,139 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 		// number of buckets at a time.
 		other := &s.shards[s.cursor.Add(1)%shardCount]
 		other.mu.Lock()
-		other.sweepSome(s.seconds(clock), 256)
+		s.sweepSome(other, s.seconds(clock), 256)
 		other.mu.Unlock()
 	}
 	return d, nil
 }
 
+// shardOf returns the shard of subject.
+func (s *Store) shardOf(subject string) *shard {
+	return &s.shards[s.shardIndex(subject)]
+}
+
+func (s *Store) shardIndex(subject string) int {
+	return int(maphash.String(s.seed, subject) % shardCount)
+}
+
+// load reads the bucket of subject in sp (which may be nil) into a State
+// whose Bands use bands, and returns its entry, or nil when there is none.
+func (sh *shard) load(sp *space, subject string, bands *[ratelimit.MaxLimits]ratelimit.Band) (ratelimit.State, *entry) {
+	if sp == nil {
+		return ratelimit.State{Bands: bands[:0]}, nil
+	}
+	var e *entry
+	switch {
+	case len(subject) <= maxShort:
+		e = sp.short.get(shortKey(subject))
+	case len(subject) <= maxMid:
+		e = sp.mid.get(midKey(subject))
+	default:
+		e = sp.long.get(subject)
+	}
+	if e == nil {
+		return ratelimit.State{Bands: bands[:0]}, nil
+	}
+	limits := sh.pols[e.pol].p.limits
+	bands[0] = ratelimit.Band{Limit: limits[0], Level: e.level}
+	if len(limits) > 1 {
+		var more [ratelimit.MaxLimits - 1]int64
+		switch {
+		case len(subject) <= maxShort:
+			more = sp.short.extra[shortKey(subject)]
+		case len(subject) <= maxMid:
+			more = sp.mid.extra[midKey(subject)]
+		default:
+			more = sp.long.extra[subject]
+		}
+		for i := 1; i < len(limits); i++ {
+			bands[i] = ratelimit.Band{Limit: limits[i], Level: more[i-1]}
+		}
+	}
+	return ratelimit.State{Last: e.last, Bands: bands[:len(limits)]}, e
+}
+
+// store writes st, decided under policy p, as the bucket of subject in sp,
+// making the space when sp is nil. e is the entry load returned: the bucket
+// is updated in place, or added when e is nil.
+func (s *Store) store(sh *shard, sp *space, prefix, subject string, st ratelimit.State, p *policy, e *entry, expires uint32) {
+	if sp == nil {
+		sp = &space{prefix: strings.Clone(prefix)}
+		sh.spaces[sp.prefix] = sp
+		sh.peak = max(sh.peak, len(sh.spaces))
+	}
+	sh.last = sp
+	multi := len(st.Bands) > 1
+	var more [ratelimit.MaxLimits - 1]int64
+	for i := 1; i < len(st.Bands); i++ {
+		more[i-1] = st.Bands[i].Level
+	}
+	if e != nil {
+		wasMulti := len(sh.pols[e.pol].p.limits) > 1
+		if sh.pols[e.pol].p != p {
+			pol := s.ref(sh, p)
+			s.unref(sh, e.pol)
+			e.pol = pol
+		}
+		e.last, e.level, e.expires = st.Last, st.Bands[0].Level, expires
+		if multi || wasMulti {
+			switch {
+			case len(subject) <= maxShort:
+				sp.short.setExtra(shortKey(subject), &more, multi)
+			case len(subject) <= maxMid:
+				sp.mid.setExtra(midKey(subject), &more, multi)
+			default:
+				sp.long.setExtra(subject, &more, multi)
+			}
+		}
+		return
+	}
+	n := entry{last: st.Last, level: st.Bands[0].Level, pol: s.ref(sh, p), expires: expires}
+	switch {
+	case len(subject) <= maxShort:
+		k := shortKey(subject)
+		sp.short.insert(k, n)
+		sp.short.setExtra(k, &more, multi)
+	case len(subject) <= maxMid:
+		k := midKey(subject)
+		sp.mid.insert(k, n)
+		sp.mid.setExtra(k, &more, multi)
+	default:
+		k := strings.Clone(subject)
+		sp.long.insert(k, n)
+		sp.long.setExtra(k, &more, multi)
+	}
+	sp.n++
+	sh.n++
+}
+
+// policyIn returns the store's copy of limits, or nil when they are not a
+// valid policy. sh, locked, remembers the latest one.
+func (s *Store) policyIn(sh *shard, limits []ratelimit.Limit) *policy {
+	if p := sh.recent; p != nil && slices.Equal(p.limits, limits) {
+		return p
+	}
+	p := s.policyFor(limits)
+	if p != nil {
+		sh.recent = p
+	}
+	return p
+}
+
 // policyFor returns the store's copy of limits, or nil when they are not a
-// valid policy.
+// valid policy. The policy stays in the store's index while a shard refers
+// to it; a policy found but not yet referred to may be dropped from the index
+// meanwhile, and is then still good to use.
 func (s *Store) policyFor(limits []ratelimit.Limit) *policy {
-	if p := findPolicy(*s.policies.Load(), limits); p != nil {
+	if len(limits) == 0 || len(limits) > ratelimit.MaxLimits {
+		return nil
+	}
+	k := policyKey{n: len(limits)}
+	copy(k.l[:], limits)
+	s.polMu.RLock()
+	p := s.policies[k]
+	s.polMu.RUnlock()
+	if p != nil {
 		return p
 	}
 	if (ratelimit.Request{Limits: limits, Peek: true}).Validate() != nil {
@@ -234,34 +378,85 @@ func (s *Store) policyFor(limits []ratelimit.Limit) *policy {
 	}
 	s.polMu.Lock()
 	defer s.polMu.Unlock()
-	old := *s.policies.Load()
-	if p := findPolicy(old, limits); p != nil {
+	if p := s.policies[k]; p != nil {
 		return p
 	}
-	p := &policy{limits: slices.Clone(limits), minCap: math.MaxInt64, index: uint32(len(old))}
-	for _, l := range limits {
+	p = &policy{key: k, minCap: math.MaxInt64}
+	p.limits = p.key.l[:k.n:k.n]
+	for _, l := range p.limits {
 		p.minCap = min(p.minCap, l.Capacity)
 	}
-	next := append(slices.Clip(old), p)
-	s.policies.Store(&next)
+	s.policies[k] = p
+	s.polPeak = max(s.polPeak, len(s.policies))
 	return p
 }
 
-// findPolicy looks for limits among policies, the most recent first, so that
-// a rolling deploy's new policy is found at once.
-func findPolicy(policies []*policy, limits []ratelimit.Limit) *policy {
-	for i := len(policies) - 1; i >= 0; i-- {
-		if slices.Equal(policies[i].limits, limits) {
-			return policies[i]
-		}
+// ref counts one more bucket of sh written by p and returns p's index in
+// sh.pols.
+func (s *Store) ref(sh *shard, p *policy) uint32 {
+	if i, ok := sh.polAt[p]; ok {
+		sh.pols[i].refs++
+		return i
 	}
-	return nil
+	s.polMu.Lock()
+	p.shards++
+	if s.policies[p.key] == nil {
+		// Dropped from the index meanwhile (its last bucket elsewhere went):
+		// it is in use again.
+		s.policies[p.key] = p
+		s.polPeak = max(s.polPeak, len(s.policies))
+	}
+	s.polMu.Unlock()
+	var i uint32
+	if n := len(sh.free); n > 0 {
+		i, sh.free = sh.free[n-1], sh.free[:n-1]
+	} else {
+		i = uint32(len(sh.pols))
+		sh.pols = append(sh.pols, polRef{})
+	}
+	sh.pols[i] = polRef{p: p, refs: 1}
+	sh.polAt[p] = i
+	return i
 }
 
-// policy returns the policy of index i.
-func (s *Store) policy(i uint32) *policy { return (*s.policies.Load())[i] }
+// unref counts one bucket of sh fewer written by the policy at index i, and
+// lets the policy go once no bucket of the store uses it.
+func (s *Store) unref(sh *shard, i uint32) {
+	ref := &sh.pols[i]
+	if ref.refs--; ref.refs > 0 {
+		return
+	}
+	p := ref.p
+	*ref = polRef{}
+	delete(sh.polAt, p)
+	sh.free = append(sh.free, i)
+	if len(sh.free) == len(sh.pols) {
+		sh.pols, sh.free = sh.pols[:0], sh.free[:0]
+		if cap(sh.pols) > 64 {
+			sh.pols, sh.free = nil, nil
+			sh.polAt = make(map[*policy]uint32)
+		}
+	}
+	if sh.recent == p {
+		sh.recent = nil
+	}
+	s.polMu.Lock()
+	if p.shards--; p.shards == 0 && s.policies[p.key] == p {
+		delete(s.policies, p.key)
+		if s.polPeak >= 64 && len(s.policies) < s.polPeak/4 {
+			s.policies = maps(s.policies) // give back its memory
+			if s.policies == nil {
+				s.policies = make(map[policyKey]*policy)
+			}
+			s.polPeak = len(s.policies)
+		}
+	}
+	s.polMu.Unlock()
+}
 
-// now returns the store's clock in µs since the Unix epoch.
+// now returns the store's clock in µs since the Unix epoch. The default
+// clock reads only the monotonic clock (time.Since of a time with a
+// monotonic reading does), which is the cheaper half of time.Now.
 func (s *Store) now() int64 {
 	if s.clock != nil {
 		return s.clock().UnixMicro()
@@ -289,17 +484,61 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 		return err
 	}
 	prefix, subject := split(key)
-	sh := &s.shards[maphash.String(s.seed, subject)%shardCount]
+	sh := s.shardOf(subject)
 	sh.mu.Lock()
 	if sp := sh.spaces[prefix]; sp != nil {
-		if _, ok := sp.buckets[subject]; ok {
-			delete(sp.buckets, subject)
-			delete(sp.extra, subject)
-			sh.n--
+		var e entry
+		var found bool
+		switch {
+		case len(subject) <= maxShort:
+			e, found = sp.short.remove(shortKey(subject))
+		case len(subject) <= maxMid:
+			e, found = sp.mid.remove(midKey(subject))
+		default:
+			e, found = sp.long.remove(subject)
+		}
+		if found {
+			s.dropped(sh, sp, e)
+			s.tidy(sh, sp)
+			sh.shrink()
 		}
 	}
 	sh.mu.Unlock()
 	return nil
+}
+
+// dropped accounts for the bucket e, just deleted from sp.
+func (s *Store) dropped(sh *shard, sp *space, e entry) {
+	sp.n--
+	sh.n--
+	s.unref(sh, e.pol)
+}
+
+// tidy drops sp when it holds no bucket any more, and compacts its tables
+// when they are mostly empty.
+func (s *Store) tidy(sh *shard, sp *space) {
+	if sp.n == 0 {
+		delete(sh.spaces, sp.prefix)
+		if sh.last == sp {
+			sh.last = nil
+		}
+		return
+	}
+	sp.short.compact()
+	sp.mid.compact()
+	sp.long.compact()
+}
+
+// shrink copies the shard's map of spaces into a smaller one once it holds
+// less than a quarter of its most.
+func (sh *shard) shrink() {
+	if sh.peak >= 64 && len(sh.spaces) < sh.peak/4 {
+		sh.spaces = maps(sh.spaces)
+		if sh.spaces == nil {
+			sh.spaces = make(map[string]*space)
+		}
+		sh.peak = len(sh.spaces)
+	}
 }
 
 // Len returns the number of buckets held: those not yet swept out.
@@ -314,16 +553,17 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Sweep drops every bucket whose time has run out on the store's clock.
-// Checks sweep on their own; Sweep is for a caller that wants memory back at
-// once.
+// Sweep drops every bucket whose time has run out on the store's clock, with
+// the namespaces and policies left without a bucket. Checks sweep on their
+// own; Sweep is for a caller that wants memory back at once.
 func (s *Store) Sweep() {
 	now := s.seconds(s.now())
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.sweepSome(now, math.MaxInt)
+		s.sweepSome(sh, now, math.MaxInt)
 		sh.ops = 0
+		sh.recent = nil
 		sh.mu.Unlock()
 	}
 }
@@ -331,47 +571,28 @@ func (s *Store) Sweep() {
 // sweep drops expired buckets once the shard has served as many checks as it
 // holds buckets (at least 64), so that its cost per check is constant. It
 // reports whether it swept.
-func (sh *shard) sweep(now uint32) bool {
+func (s *Store) sweep(sh *shard, now uint32) bool {
 	sh.ops++
 	if sh.ops < max(64, sh.n) {
 		return false
 	}
 	sh.ops = 0
-	sh.sweepSome(now, math.MaxInt)
+	s.sweepSome(sh, now, math.MaxInt)
 	return true
 }
 
-// sweepSome visits at most n buckets, from a random place in the shard, and
-// drops the expired ones.
-func (sh *shard) sweepSome(now uint32, n int) {
+// sweepSome visits at most n buckets of sh, from a random place, and drops
+// the expired ones, with the spaces left empty.
+func (s *Store) sweepSome(sh *shard, now uint32, n int) {
 	for _, sp := range sh.spaces {
-		for k, e := range sp.buckets {
-			if n--; n < 0 {
-				return
-			}
-			if e.expires <= now {
-				delete(sp.buckets, k)
-				delete(sp.extra, k)
-				sh.n--
-			}
+		gone := func(e entry) { s.dropped(sh, sp, e) }
+		n = sp.short.sweep(now, n, gone)
+		n = sp.mid.sweep(now, n, gone)
+		n = sp.long.sweep(now, n, gone)
+		s.tidy(sh, sp)
+		if n <= 0 {
+			break
 		}
 	}
-}
-
-// space returns the shard's space of prefix, making it if need be.
-func (sh *shard) space(prefix string) *space {
-	if sp := sh.last; sp != nil && sp.prefix == prefix {
-		return sp
-	}
-	sp := sh.spaces[prefix]
-	if sp == nil {
-		sp = &space{
-			prefix:  strings.Clone(prefix),
-			buckets: make(map[string]*entry),
-			extra:   make(map[string]*[ratelimit.MaxLimits - 1]int64),
-		}
-		sh.spaces[sp.prefix] = sp
-	}
-	sh.last = sp
-	return sp
+	sh.shrink()
 }
