@@ -70,7 +70,7 @@ func TestApplyAllIsAllOrNothing(t *testing.T) {
 				}
 				return items
 			}(),
-			want: []want{{true, 10}, {true, 10}, {true, 10}, {true, 10}, {true, 10}, {true, 10}, {true, 10}, {true, 10}, {true, 10}, {false, 0}},
+			want:  []want{{true, 10}, {true, 10}, {true, 10}, {true, 10}, {true, 10}, {true, 10}, {true, 10}, {true, 10}, {true, 10}, {false, 0}},
 			after: map[string]int64{"1:x:k0": 10, "1:x:k5": 10, "1:x:k9": 0},
 		},
 		{

@@ -86,9 +86,10 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 		c := &cs[i]
 		r := items[i].Request
 		sh := &s.shards[c.shard]
-		c.st, c.e = sh.load(sh.spaces[c.prefix], c.subject, &c.bands)
-		c.was, c.wasLast, c.wasN = c.bands, c.st.Last, len(c.st.Bands)
-		c.d, c.ttl, c.write = c.st.Step(r, c.us)
+		st, e := sh.load(sh.spaces[c.prefix], c.subject, &c.bands)
+		c.e, c.was, c.wasLast, c.wasN = e, c.bands, st.Last, len(st.Bands)
+		c.d, c.ttl, c.write = st.Step(r, c.us)
+		c.last, c.n = st.Last, len(st.Bands)
 		if !r.Peek && !c.d.Allowed {
 			all = false
 		}
@@ -103,9 +104,10 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 				continue
 			}
 			c.bands = c.was
-			c.st = ratelimit.State{Last: c.wasLast, Bands: c.bands[:c.wasN]}
+			st := ratelimit.State{Last: c.wasLast, Bands: c.bands[:c.wasN]}
 			r.Peek = true
-			c.d, c.ttl, c.write = c.st.Step(r, c.us)
+			c.d, c.ttl, c.write = st.Step(r, c.us)
+			c.last, c.n = st.Last, len(st.Bands)
 		}
 	}
 	// Update the existing buckets before adding any, which may move them.
@@ -117,7 +119,8 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 			}
 			sh := &s.shards[c.shard]
 			sp := sh.spaces[c.prefix]
-			s.store(sh, sp, c.prefix, c.subject, c.st, c.p, c.e, s.expiry(clock, c.ttl))
+			st := ratelimit.State{Last: c.last, Bands: c.bands[:c.n]}
+			s.store(sh, sp, c.prefix, c.subject, st, c.p, c.e, s.expiry(clock, c.ttl))
 		}
 	}
 	for m := shards; m != 0; m &= m - 1 {
@@ -141,8 +144,9 @@ type check struct {
 	shard           int
 	p               *policy
 	us              int64
-	st              ratelimit.State // Bands in bands
-	e               *entry          // the bucket, nil when there is none
+	e               *entry // the bucket, nil when there is none
+	last            int64  // the State's Last, its Bands being bands[:n]
+	n               int
 	bands           [ratelimit.MaxLimits]ratelimit.Band
 	was             [ratelimit.MaxLimits]ratelimit.Band // bands before Step
 	wasLast         int64                               // st.Last before Step
