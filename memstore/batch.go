@@ -66,7 +66,7 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 		}
 		c := check{us: us, p: s.policyFor(r.Limits)}
 		c.prefix, c.subject = split(it.Key)
-		c.shard = s.shardIndex(c.subject)
+		c.shard = s.shardIndex(c.prefix, c.subject)
 		shards |= 1 << c.shard
 		cs = append(cs, c)
 	}

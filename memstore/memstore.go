@@ -214,7 +214,7 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 		return ratelimit.Decision{}, err
 	}
 
-	sh := s.shardOf(subject)
+	sh := s.shardOf(prefix, subject)
 	sh.mu.Lock()
 	swept := s.sweep(sh, s.seconds(clock))
 	p := s.policyIn(sh, r.Limits)
@@ -244,13 +244,20 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 	return d, nil
 }
 
-// shardOf returns the shard of subject.
-func (s *Store) shardOf(subject string) *shard {
-	return &s.shards[s.shardIndex(subject)]
+// shardOf returns the shard of the key prefix+subject.
+func (s *Store) shardOf(prefix, subject string) *shard {
+	return &s.shards[s.shardIndex(prefix, subject)]
 }
 
-func (s *Store) shardIndex(subject string) int {
-	return int(maphash.String(s.seed, subject) % shardCount)
+// shardIndex returns the index of the shard of the key prefix+subject. The
+// prefix counts, so that the same subject in many namespaces (a tenant's
+// "admin", say) is spread over the shards too.
+func (s *Store) shardIndex(prefix, subject string) int {
+	h := maphash.String(s.seed, subject)
+	if prefix != "" {
+		h ^= maphash.String(s.seed, prefix) * 0x9e3779b97f4a7c15
+	}
+	return int(h % shardCount)
 }
 
 // load reads the bucket of subject in sp (which may be nil) into a State
@@ -484,7 +491,7 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 		return err
 	}
 	prefix, subject := split(key)
-	sh := s.shardOf(subject)
+	sh := s.shardOf(prefix, subject)
 	sh.mu.Lock()
 	if sp := sh.spaces[prefix]; sp != nil {
 		var e entry

@@ -86,14 +86,14 @@ func TestChecksSweepExpiredNamespacesOut(t *testing.T) {
 	clock.Add(2 * time.Second)
 	ctx := context.Background()
 	r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(1e9)}, Cost: 1}
-	for range namespaces {
+	for range 3 * namespaces {
 		if _, err := s.Apply(ctx, "3:hot:s", r); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if spaces, refs, pols := s.held(); spaces != 1 || refs != 1 || pols != 1 || s.Len() != 1 {
 		t.Fatalf("after %d checks on one subject: %d buckets, %d spaces, %d policy references and %d policies held, want the hot one of each",
-			namespaces, s.Len(), spaces, refs, pols)
+			3*namespaces, s.Len(), spaces, refs, pols)
 	}
 }
 
