@@ -55,6 +55,11 @@ func localContenders() []localContender {
 			build: func(p policy) (Checker, error) {
 				return &rateMap{r: rate.Limit(p.rate), b: int(p.burst), m: make(map[string]*rate.Limiter)}, nil
 			}},
+		{name: "x/time/rate sync.Map",
+			note: "*rate.Limiter per subject in a sync.Map (LoadOrStore on a miss), the lock-free read path issue 9 names",
+			build: func(p policy) (Checker, error) {
+				return &rateSyncMap{r: rate.Limit(p.rate), b: int(p.burst)}, nil
+			}},
 		{name: "go-limiter memorystore",
 			note: "github.com/sethvargo/go-limiter v1.0.0 memorystore (Tokens 1000 per 1s interval)",
 			build: func(p policy) (Checker, error) {
@@ -103,6 +108,21 @@ func (r *rateMap) Check(_ context.Context, subject string, cost int64) (bool, er
 	return l.AllowN(time.Now(), int(cost)), nil
 }
 func (r *rateMap) Close() {}
+
+type rateSyncMap struct {
+	r rate.Limit
+	b int
+	m sync.Map // subject -> *rate.Limiter
+}
+
+func (r *rateSyncMap) Check(_ context.Context, subject string, cost int64) (bool, error) {
+	v, ok := r.m.Load(subject)
+	if !ok {
+		v, _ = r.m.LoadOrStore(subject, rate.NewLimiter(r.r, r.b))
+	}
+	return v.(*rate.Limiter).AllowN(time.Now(), int(cost)), nil
+}
+func (r *rateSyncMap) Close() {}
 
 type goLimiter struct{ s limiter.Store }
 

@@ -74,7 +74,7 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 		return fmt.Errorf("%w: items %d and %d have the same key %q", ratelimit.ErrInvalidArgument, i, j, items[i].Key)
 	}
 
-	now := s.seconds(clock)
+	now := s.cutoff(clock)
 	swept := false
 	for m := shards; m != 0; m &= m - 1 {
 		sh := &s.shards[bits.TrailingZeros64(m)]

@@ -29,6 +29,7 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -39,7 +40,11 @@ import (
 	"github.com/exactlimit/ratelimit"
 )
 
-const shardCount = 64
+// shardCount is the number of shards, 1<<shardBits.
+const (
+	shardBits  = 6
+	shardCount = 1 << shardBits
+)
 
 // Store keeps token buckets in memory. The zero Store is not usable; call New.
 type Store struct {
@@ -216,7 +221,7 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 
 	sh := s.shardOf(prefix, subject)
 	sh.mu.Lock()
-	swept := s.sweep(sh, s.seconds(clock))
+	swept := s.sweep(sh, s.cutoff(clock))
 	p := s.policyIn(sh, r.Limits)
 	if p == nil || !r.Peek && (r.Cost < 1 || r.Cost > p.minCap) {
 		sh.mu.Unlock()
@@ -229,7 +234,13 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 	}
 	st, e := sh.load(sp, subject, &bands)
 	d, ttl, write := st.Step(r, us)
-	if write {
+	switch {
+	case !write:
+	case e != nil && len(st.Bands) == 1 && sh.pols[e.pol].p == p:
+		// The common case: a bucket of one limit, under the same policy.
+		e.last, e.level, e.expires = st.Last, st.Bands[0].Level, s.expiry(clock, ttl)
+		sh.last = sp
+	default:
 		s.store(sh, sp, prefix, subject, st, p, e, s.expiry(clock, ttl))
 	}
 	sh.mu.Unlock()
@@ -238,7 +249,7 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 		// number of buckets at a time.
 		other := &s.shards[s.cursor.Add(1)%shardCount]
 		other.mu.Lock()
-		s.sweepSome(other, s.seconds(clock), 256)
+		s.sweepSome(other, s.cutoff(clock), 256)
 		other.mu.Unlock()
 	}
 	return d, nil
@@ -253,11 +264,30 @@ func (s *Store) shardOf(prefix, subject string) *shard {
 // prefix counts, so that the same subject in many namespaces (a tenant's
 // "admin", say) is spread over the shards too.
 func (s *Store) shardIndex(prefix, subject string) int {
-	h := maphash.String(s.seed, subject)
-	if prefix != "" {
-		h ^= maphash.String(s.seed, prefix) * 0x9e3779b97f4a7c15
+	h := maphash.String(s.seed, subject) ^ mix(prefix)*0x9e3779b97f4a7c15
+	return int(h >> (64 - shardBits))
+}
+
+// mix returns a cheap digest of a key prefix: its length, and its first and
+// last 8 bytes. It need not resist anyone: prefixes are the namespaces the
+// program chose, and the subject's part of the shard's hash is seeded.
+func mix(prefix string) uint64 {
+	n := len(prefix)
+	if n < 8 {
+		var h uint64
+		for i := range n {
+			h = h<<8 | uint64(prefix[i])
+		}
+		return h<<8 | uint64(n)
 	}
-	return int(h % shardCount)
+	return le64(prefix[:8]) ^ bits.RotateLeft64(le64(prefix[n-8:]), 31) ^ uint64(n)
+}
+
+// le64 reads the first 8 bytes of s as a little-endian integer.
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
 // load reads the bucket of subject in sp (which may be nil) into a State
@@ -475,6 +505,19 @@ func (s *Store) now() int64 {
 func (s *Store) seconds(clock int64) uint32 {
 	d := (clock - s.base) / 1e6
 	return uint32(min(max(d, 0), math.MaxUint32))
+}
+
+// linger is how long, in seconds, the checks' sweeps keep a bucket after it
+// is full again: a full bucket is the same as a missing one, and keeping it a
+// little spares a subject that comes back soon (a steady client under a
+// generous limit, whose bucket refills between its checks) the work of
+// dropping and remaking its bucket each time.
+const linger = 1
+
+// cutoff returns the second after base up to which the checks' sweeps drop
+// the buckets that have expired: linger seconds before clock (µs).
+func (s *Store) cutoff(clock int64) uint32 {
+	return s.seconds(clock - linger*1e6)
 }
 
 // expiry returns the second after base at which a bucket written at clock
