@@ -232,16 +232,35 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 	if sp == nil || sp.prefix != prefix {
 		sp = sh.spaces[prefix]
 	}
-	st, e := sh.load(sp, subject, &bands)
-	d, ttl, write := st.Step(r, us)
-	switch {
-	case !write:
-	case e != nil && len(st.Bands) == 1 && sh.pols[e.pol].p == p:
-		// The common case: a bucket of one limit, under the same policy.
-		e.last, e.level, e.expires = st.Last, st.Bands[0].Level, s.expiry(clock, ttl)
-		sh.last = sp
-	default:
-		s.store(sh, sp, prefix, subject, st, p, e, s.expiry(clock, ttl))
+	var d ratelimit.Decision
+	if e := sp.find(subject); len(r.Limits) == 1 && (e == nil || len(sh.pols[e.pol].p.limits) == 1) {
+		// One limit on a bucket of one limit: Step on scalars.
+		var b ratelimit.Limit
+		var last, level int64
+		if e != nil {
+			b, last, level = sh.pols[e.pol].p.limits[0], e.last, e.level
+		}
+		var ttl time.Duration
+		var write bool
+		d, ttl, write, last, level = stepOne(&r, us, e != nil, b, last, level)
+		switch {
+		case !write:
+		case e != nil && sh.pols[e.pol].p == p:
+			e.last, e.level, e.expires = last, level, s.expiry(clock, ttl)
+			sh.last = sp
+		default:
+			bands[0] = ratelimit.Band{Limit: r.Limits[0], Level: level}
+			st := ratelimit.State{Last: last, Bands: bands[:1]}
+			s.store(sh, sp, prefix, subject, st, p, e, s.expiry(clock, ttl))
+		}
+	} else {
+		st, e := sh.load(sp, subject, &bands)
+		var ttl time.Duration
+		var write bool
+		d, ttl, write = st.Step(r, us)
+		if write {
+			s.store(sh, sp, prefix, subject, st, p, e, s.expiry(clock, ttl))
+		}
 	}
 	sh.mu.Unlock()
 	if swept {
@@ -290,21 +309,25 @@ func le64(s string) uint64 {
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
+// find returns the entry of subject's bucket in sp (which may be nil), or
+// nil when there is none.
+func (sp *space) find(subject string) *entry {
+	switch {
+	case sp == nil:
+		return nil
+	case len(subject) <= maxShort:
+		return sp.short.get(shortKey(subject))
+	case len(subject) <= maxMid:
+		return sp.mid.get(midKey(subject))
+	default:
+		return sp.long.get(subject)
+	}
+}
+
 // load reads the bucket of subject in sp (which may be nil) into a State
 // whose Bands use bands, and returns its entry, or nil when there is none.
 func (sh *shard) load(sp *space, subject string, bands *[ratelimit.MaxLimits]ratelimit.Band) (ratelimit.State, *entry) {
-	if sp == nil {
-		return ratelimit.State{Bands: bands[:0]}, nil
-	}
-	var e *entry
-	switch {
-	case len(subject) <= maxShort:
-		e = sp.short.get(shortKey(subject))
-	case len(subject) <= maxMid:
-		e = sp.mid.get(midKey(subject))
-	default:
-		e = sp.long.get(subject)
-	}
+	e := sp.find(subject)
 	if e == nil {
 		return ratelimit.State{Bands: bands[:0]}, nil
 	}
