@@ -3,24 +3,28 @@
 // package fallback.
 //
 // It decides with ratelimit's Step, the same exact arithmetic as the Redis
-// script, so a Limiter gives the same Decisions on either store.
+// script, so a Limiter gives the same Decisions on either store (a check of
+// one limit runs Step's arithmetic on scalars, held equal to Step by a
+// differential test).
 //
-// Buckets are spread over shards, each behind its own mutex. A bucket is kept
-// by value beside its subject: a subject of up to 15 bytes costs about 60
-// heap bytes with its bucket, one of up to 39 bytes about 100, and a longer
-// one its own copy besides. A Limiter's key prefix (its namespace) is kept
-// once per shard, and each policy once per store, found by its value in
-// constant time however many policies there are.
+// Buckets are spread over shards by key, each shard behind its own mutex. A
+// bucket is a 24-byte entry in a slice, found by one map lookup from its
+// subject, which is kept in a fixed array up to 39 bytes (and copied into a
+// string of its own beyond): about 75 heap bytes per subject of up to 15
+// bytes. A Limiter's key prefix (its namespace) is kept once per shard, and
+// each policy once per store, found by its value in constant time however
+// many policies there are.
 //
-// A bucket is dropped once it would be full again on the store's clock (as a
-// Redis key expires on the server's): each shard sweeps out such buckets after
-// as many checks as it holds buckets, and sweeps a part of another shard at
-// the same time, so memory follows the subjects active within one refill
-// window at a constant amortized cost per check. A namespace whose buckets are
-// all gone, and a policy that no bucket uses any more, are dropped with them,
-// and the tables that held them shrink once they are mostly empty. Checking
-// an existing or a dropped subject of up to 39 bytes allocates nothing,
-// except now and then to grow a table. The store starts no goroutine.
+// A bucket full again is the same as a missing one, and is dropped (as a
+// Redis key expires on the server's clock): each shard sweeps out the buckets
+// that have been full again for a second on the store's clock after twice as
+// many checks as it holds buckets, and sweeps a part of another shard at the
+// same time, so memory follows the subjects active within about the last
+// refill window and second, at a constant amortized cost per check. A
+// namespace whose buckets are all gone and a policy that no bucket uses any
+// more are dropped with them, and tables compact once mostly empty; Sweep
+// does all of that at once. A check on a subject of up to 39 bytes allocates
+// nothing, but now and then to grow a table. The store starts no goroutine.
 //
 // A Store is safe for simultaneous use by multiple goroutines.
 package memstore
@@ -94,7 +98,10 @@ type shardState struct {
 	ops    int               // checks since the last sweep
 	pols   []polRef          // the policies of the shard's buckets, by entry.pol
 	free   []uint32          // unused indexes of pols
-	polAt  map[*policy]uint32
+	// one and many index pols by value, for policies of one limit and of
+	// several.
+	one  map[ratelimit.Limit]uint32
+	many map[policyKey]uint32
 }
 
 // polRef is a policy some of a shard's buckets were written by.
@@ -155,7 +162,8 @@ func New(opts ...Option) *Store {
 	}
 	for i := range s.shards {
 		s.shards[i].spaces = make(map[string]*space)
-		s.shards[i].polAt = make(map[*policy]uint32)
+		s.shards[i].one = make(map[ratelimit.Limit]uint32)
+		s.shards[i].many = make(map[policyKey]uint32)
 	}
 	return s
 }
@@ -410,11 +418,31 @@ func (s *Store) policyIn(sh *shard, limits []ratelimit.Limit) *policy {
 	if p := sh.recent; p != nil && slices.Equal(p.limits, limits) {
 		return p
 	}
-	p := s.policyFor(limits)
-	if p != nil {
-		sh.recent = p
+	var p *policy
+	if i, ok := sh.find(limits); ok {
+		p = sh.pols[i].p
+	} else if p = s.policyFor(limits); p == nil {
+		return nil
 	}
+	sh.recent = p
 	return p
+}
+
+// find returns the index in sh.pols of the policy limits, if the shard has
+// it. It looks in the shard alone, under its lock, and touches no memory
+// another shard writes.
+func (sh *shard) find(limits []ratelimit.Limit) (uint32, bool) {
+	if len(limits) == 1 {
+		i, ok := sh.one[limits[0]]
+		return i, ok
+	}
+	if len(limits) == 0 || len(limits) > ratelimit.MaxLimits {
+		return 0, false
+	}
+	k := policyKey{n: len(limits)}
+	copy(k.l[:], limits)
+	i, ok := sh.many[k]
+	return i, ok
 }
 
 // policyFor returns the store's copy of limits, or nil when they are not a
@@ -454,7 +482,8 @@ func (s *Store) policyFor(limits []ratelimit.Limit) *policy {
 // ref counts one more bucket of sh written by p and returns p's index in
 // sh.pols.
 func (s *Store) ref(sh *shard, p *policy) uint32 {
-	if i, ok := sh.polAt[p]; ok {
+	if i, ok := sh.find(p.limits); ok {
+		// p itself, or an equal policy made after p left the index.
 		sh.pols[i].refs++
 		return i
 	}
@@ -475,7 +504,11 @@ func (s *Store) ref(sh *shard, p *policy) uint32 {
 		sh.pols = append(sh.pols, polRef{})
 	}
 	sh.pols[i] = polRef{p: p, refs: 1}
-	sh.polAt[p] = i
+	if len(p.limits) == 1 {
+		sh.one[p.limits[0]] = i
+	} else {
+		sh.many[p.key] = i
+	}
 	return i
 }
 
@@ -488,13 +521,19 @@ func (s *Store) unref(sh *shard, i uint32) {
 	}
 	p := ref.p
 	*ref = polRef{}
-	delete(sh.polAt, p)
+	if len(p.limits) == 1 {
+		delete(sh.one, p.limits[0])
+	} else {
+		delete(sh.many, p.key)
+	}
 	sh.free = append(sh.free, i)
 	if len(sh.free) == len(sh.pols) {
 		sh.pols, sh.free = sh.pols[:0], sh.free[:0]
 		if cap(sh.pols) > 64 {
+			// Give back the memory of the policies the shard held.
 			sh.pols, sh.free = nil, nil
-			sh.polAt = make(map[*policy]uint32)
+			sh.one = make(map[ratelimit.Limit]uint32)
+			sh.many = make(map[policyKey]uint32)
 		}
 	}
 	if sh.recent == p {
@@ -641,12 +680,12 @@ func (s *Store) Sweep() {
 	}
 }
 
-// sweep drops expired buckets once the shard has served as many checks as it
-// holds buckets (at least 64), so that its cost per check is constant. It
-// reports whether it swept.
+// sweep drops expired buckets once the shard has served twice as many checks
+// as it holds buckets (at least 64), so that its cost per check is constant:
+// half a bucket visited. It reports whether it swept.
 func (s *Store) sweep(sh *shard, now uint32) bool {
 	sh.ops++
-	if sh.ops < max(64, sh.n) {
+	if sh.ops < max(64, 2*sh.n) {
 		return false
 	}
 	sh.ops = 0

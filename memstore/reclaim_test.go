@@ -32,7 +32,7 @@ func (s *Store) held() (spaces, refs, policies int) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		spaces += len(sh.spaces)
-		refs += len(sh.polAt)
+		refs += len(sh.one) + len(sh.many)
 		sh.mu.Unlock()
 	}
 	s.polMu.RLock()

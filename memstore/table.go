@@ -89,6 +89,9 @@ func (t *table[K]) len() int { return len(t.at) }
 // entry of each one that has expired by now and drops it. It returns what is
 // left of n.
 func (t *table[K]) sweep(now uint32, n int, gone func(entry)) int {
+	if len(t.at) == 0 {
+		return n
+	}
 	for k, i := range t.at {
 		if n <= 0 {
 			break
