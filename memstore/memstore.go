@@ -90,18 +90,29 @@ type shard struct {
 
 type shardState struct {
 	mu     sync.Mutex
+	ops    int               // checks since the last sweep
+	n      int               // buckets in all spaces
 	last   *space            // the space of the latest check
 	recent *policy           // the policy of the latest check
+	hit    hit               // the bucket of the latest check on a short subject
 	spaces map[string]*space // by key prefix
 	peak   int               // the most spaces held since spaces was made
-	n      int               // buckets in all spaces
-	ops    int               // checks since the last sweep
 	pols   []polRef          // the policies of the shard's buckets, by entry.pol
 	free   []uint32          // unused indexes of pols
 	// one and many index pols by value, for policies of one limit and of
 	// several.
 	one  map[ratelimit.Limit]uint32
 	many map[policyKey]uint32
+}
+
+// hit remembers the entry of a short subject's bucket, so that a subject
+// checked again and again (a hot one) is found without a map lookup. It is
+// cleared whenever an entry may move or be reused: a bucket added, dropped or
+// a table compacted in the shard.
+type hit struct {
+	sp  *space
+	key [16]byte
+	e   *entry // nil: nothing remembered
 }
 
 // polRef is a policy some of a shard's buckets were written by.
@@ -241,7 +252,18 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 		sp = sh.spaces[prefix]
 	}
 	var d ratelimit.Decision
-	if e := sp.find(subject); len(r.Limits) == 1 && (e == nil || len(sh.pols[e.pol].p.limits) == 1) {
+	var e *entry
+	if len(subject) <= maxShort && sp != nil {
+		k := shortKey(subject)
+		if sh.hit.e != nil && sh.hit.sp == sp && sh.hit.key == k {
+			e = sh.hit.e
+		} else if e = sp.short.get(k); e != nil {
+			sh.hit = hit{sp: sp, key: k, e: e}
+		}
+	} else {
+		e = sp.find(subject)
+	}
+	if len(r.Limits) == 1 && (e == nil || len(sh.pols[e.pol].p.limits) == 1) {
 		// One limit on a bucket of one limit: Step on scalars.
 		var b ratelimit.Limit
 		var last, level int64
@@ -410,6 +432,7 @@ func (s *Store) store(sh *shard, sp *space, prefix, subject string, st ratelimit
 	}
 	sp.n++
 	sh.n++
+	sh.hit = hit{} // the table may have moved its entries
 }
 
 // policyIn returns the store's copy of limits, or nil when they are not a
@@ -623,12 +646,14 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 func (s *Store) dropped(sh *shard, sp *space, e entry) {
 	sp.n--
 	sh.n--
+	sh.hit = hit{}
 	s.unref(sh, e.pol)
 }
 
 // tidy drops sp when it holds no bucket any more, and compacts its tables
 // when they are mostly empty.
 func (s *Store) tidy(sh *shard, sp *space) {
+	sh.hit = hit{} // compact moves entries
 	if sp.n == 0 {
 		delete(sh.spaces, sp.prefix)
 		if sh.last == sp {
