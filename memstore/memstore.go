@@ -58,11 +58,13 @@ type Store struct {
 	base   int64            // µs on the store's clock at start; expiry seconds count from it
 	cursor atomic.Uint32    // the next shard a sweep visits besides its own
 
-	// policies holds every policy some shard refers to, by value. Lock
-	// order: a shard's mu, then polMu.
+	// policies holds, by value, every policy some shard refers to, and
+	// those looked up since the index was last pruned. Lock order: a
+	// shard's mu, then polMu.
 	polMu    sync.RWMutex
 	policies map[policyKey]*policy
 	polPeak  int // the most policies held since policies was made
+	pruneAt  int // the size of the index at which to prune it next
 
 	shards [shardCount]shard
 }
@@ -499,7 +501,38 @@ func (s *Store) policyFor(limits []ratelimit.Limit) *policy {
 	}
 	s.policies[k] = p
 	s.polPeak = max(s.polPeak, len(s.policies))
+	if len(s.policies) > s.pruneAt {
+		// Policies looked up but never written with (peeks at missing
+		// buckets, say) are dropped once the index has doubled: a constant
+		// amortized cost per new policy.
+		s.prune(p)
+		s.pruneAt = 2*len(s.policies) + 64
+	}
 	return p
+}
+
+// prune drops from the index the policies no shard refers to, but keep.
+// s.polMu must be held.
+func (s *Store) prune(keep *policy) {
+	for k, p := range s.policies {
+		if p.shards == 0 && p != keep {
+			delete(s.policies, k)
+		}
+	}
+	s.shrinkPolicies()
+}
+
+// shrinkPolicies copies the index into a smaller map once it holds less
+// than a quarter of its most: a Go map never gives back its memory by itself.
+// s.polMu must be held.
+func (s *Store) shrinkPolicies() {
+	if s.polPeak >= 64 && len(s.policies) < s.polPeak/4 {
+		s.policies = maps(s.policies)
+		if s.policies == nil {
+			s.policies = make(map[policyKey]*policy)
+		}
+		s.polPeak = len(s.policies)
+	}
 }
 
 // ref counts one more bucket of sh written by p and returns p's index in
@@ -565,13 +598,7 @@ func (s *Store) unref(sh *shard, i uint32) {
 	s.polMu.Lock()
 	if p.shards--; p.shards == 0 && s.policies[p.key] == p {
 		delete(s.policies, p.key)
-		if s.polPeak >= 64 && len(s.policies) < s.polPeak/4 {
-			s.policies = maps(s.policies) // give back its memory
-			if s.policies == nil {
-				s.policies = make(map[policyKey]*policy)
-			}
-			s.polPeak = len(s.policies)
-		}
+		s.shrinkPolicies()
 	}
 	s.polMu.Unlock()
 }
@@ -703,6 +730,9 @@ func (s *Store) Sweep() {
 		sh.recent = nil
 		sh.mu.Unlock()
 	}
+	s.polMu.Lock()
+	s.prune(nil)
+	s.polMu.Unlock()
 }
 
 // sweep drops expired buckets once the shard has served twice as many checks

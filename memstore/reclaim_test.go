@@ -122,3 +122,23 @@ func TestAPolicyInUseElsewhereIsKept(t *testing.T) {
 		t.Fatalf("after the last Reset: %d spaces, %d references, %d policies held, want none", spaces, refs, pols)
 	}
 }
+
+func TestPoliciesNoBucketWasWrittenWithAreNotKept(t *testing.T) {
+	// Peeks at missing buckets write nothing: their policies are dropped as
+	// the index grows, and all of them by Sweep.
+	s := New(WithClock(storetest.NewClock(storetest.Start).Now))
+	ctx := context.Background()
+	for i := range 10_000 {
+		r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(int64(1 + i))}, Peek: true}
+		if d, err := s.Apply(ctx, "1:a:"+strconv.Itoa(i), r); err != nil || !d.Allowed {
+			t.Fatalf("peek %d: %+v, %v", i, d, err)
+		}
+	}
+	if _, _, pols := s.held(); pols > 200 {
+		t.Fatalf("%d policies held after 10,000 peeks with a policy each, want at most a few dozen", pols)
+	}
+	s.Sweep()
+	if spaces, refs, pols := s.held(); spaces != 0 || refs != 0 || pols != 0 {
+		t.Fatalf("after Sweep: %d spaces, %d references and %d policies held, want none", spaces, refs, pols)
+	}
+}
