@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"math/bits"
 	"time"
 
 	"github.com/exactlimit/ratelimit"
@@ -33,14 +34,14 @@ func stepOne(r *ratelimit.Request, now int64, found bool, b ratelimit.Limit, las
 	exists := found
 	if exists {
 		bp := micros(b.RefillPeriod)
-		missing := b.Capacity*bp - level
-		if last > now {
+		switch missing := b.Capacity*bp - level; {
+		case last > now:
 			t0, back = last, last-now
-			level = carry(l, b, p, bp, full, level, missing, 0)
-		} else if elapsed := now - last; elapsed >= ceilDiv(missing, b.RefillTokens) {
+			level = carry(l, b, p, bp, level, 0)
+		case refills(now-last, b.RefillTokens, missing):
 			exists = false // full by now: the same as missing
-		} else {
-			level = carry(l, b, p, bp, full, level, missing, elapsed)
+		default:
+			level = carry(l, b, p, bp, level, now-last)
 		}
 	}
 	if !exists {
@@ -68,15 +69,23 @@ func stepOne(r *ratelimit.Request, now int64, found bool, b ratelimit.Limit, las
 	return d, time.Duration(ttlMillis) * time.Millisecond, exists || !r.Peek, t0, level
 }
 
-// carry returns the level under l of a band of limit b (period bp µs,
-// missing that much of being full) after elapsed µs: refilled when b is l,
-// else its whole tokens, capped at l's capacity.
-func carry(l, b ratelimit.Limit, p, bp, full, level, missing, elapsed int64) int64 {
+// refills reports whether elapsed µs at tokens per µs refill missing:
+// elapsed >= ⌈missing/tokens⌉, which is elapsed*tokens >= missing, compared
+// without a division and without overflow.
+func refills(elapsed, tokens, missing int64) bool {
+	if missing <= 0 {
+		return true
+	}
+	hi, lo := bits.Mul64(uint64(elapsed), uint64(tokens))
+	return hi > 0 || lo >= uint64(missing)
+}
+
+// carry returns the level under l, of period p µs, of a band of limit b, of
+// period bp µs, that is not full after elapsed µs: refilled when b is l, else
+// its whole tokens, capped at l's capacity.
+func carry(l, b ratelimit.Limit, p, bp, level, elapsed int64) int64 {
 	if b == l {
-		if missing <= 0 || elapsed >= ceilDiv(missing, l.RefillTokens) {
-			return full
-		}
-		return level + elapsed*l.RefillTokens
+		return level + elapsed*l.RefillTokens // below the capacity: not full
 	}
 	return min(level/bp, l.Capacity) * p
 }

@@ -45,10 +45,18 @@ func TestStepOneEqualsStep(t *testing.T) {
 			level = rng.Int64N(full + 1)
 		}
 		now := base + rng.Int64N(1e9)
-		last := now - rng.Int64N(1e10)
-		if rng.IntN(5) == 0 {
-			last = now + rng.Int64N(1e7) // the clock went back
+		var elapsed int64
+		switch rng.IntN(6) {
+		case 0: // at the edge of full again
+			elapsed = max(0, ceilDiv(full-level, b.RefillTokens)+rng.Int64N(3)-1)
+		case 1: // products of 2^64 and more
+			elapsed = 4096 * (1 + rng.Int64N(1e6))
+		case 2: // the clock went back
+			elapsed = -rng.Int64N(1e7)
+		default:
+			elapsed = rng.Int64N(1e10)
 		}
+		last := now - elapsed
 		found := rng.IntN(6) != 0
 		r := ratelimit.Request{Limits: []ratelimit.Limit{l}, Peek: rng.IntN(4) == 0}
 		if !r.Peek {
