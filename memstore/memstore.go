@@ -84,6 +84,7 @@ type policy struct {
 	shards int // shards that refer to it; guarded by Store.polMu
 }
 
+// shard is the part of the store behind one mutex.
 type shard struct {
 	shardState
 	// Keep each shard's lock and counters on cache lines of their own.
@@ -735,27 +736,28 @@ func (s *Store) Sweep() {
 	s.polMu.Unlock()
 }
 
-// sweep drops expired buckets once the shard has served twice as many checks
-// as it holds buckets (at least 64), so that its cost per check is constant:
-// half a bucket visited. It reports whether it swept.
-func (s *Store) sweep(sh *shard, now uint32) bool {
+// sweep drops the buckets of sh that expired by the second upTo once the
+// shard has served twice as many checks as it holds buckets (at least 64), so
+// that its cost per check is constant: half a bucket visited. It reports
+// whether it swept.
+func (s *Store) sweep(sh *shard, upTo uint32) bool {
 	sh.ops++
 	if sh.ops < max(64, 2*sh.n) {
 		return false
 	}
 	sh.ops = 0
-	s.sweepSome(sh, now, math.MaxInt)
+	s.sweepSome(sh, upTo, math.MaxInt)
 	return true
 }
 
 // sweepSome visits at most n buckets of sh, from a random place, and drops
-// the expired ones, with the spaces left empty.
-func (s *Store) sweepSome(sh *shard, now uint32, n int) {
+// those that expired by the second upTo, with the spaces left empty.
+func (s *Store) sweepSome(sh *shard, upTo uint32, n int) {
 	for _, sp := range sh.spaces {
 		gone := func(e entry) { s.dropped(sh, sp, e) }
-		n = sp.short.sweep(now, n, gone)
-		n = sp.mid.sweep(now, n, gone)
-		n = sp.long.sweep(now, n, gone)
+		n = sp.short.sweep(upTo, n, gone)
+		n = sp.mid.sweep(upTo, n, gone)
+		n = sp.long.sweep(upTo, n, gone)
 		s.tidy(sh, sp)
 		if n <= 0 {
 			break

@@ -86,9 +86,9 @@ func (t *table[K]) drop(k K, i uint32) {
 func (t *table[K]) len() int { return len(t.at) }
 
 // sweep visits at most n buckets, from a random place, calls gone with the
-// entry of each one that has expired by now and drops it. It returns what is
-// left of n.
-func (t *table[K]) sweep(now uint32, n int, gone func(entry)) int {
+// entry of each one that expired by the second upTo and drops it. It returns
+// what is left of n.
+func (t *table[K]) sweep(upTo uint32, n int, gone func(entry)) int {
 	if len(t.at) == 0 {
 		return n
 	}
@@ -97,7 +97,7 @@ func (t *table[K]) sweep(now uint32, n int, gone func(entry)) int {
 			break
 		}
 		n--
-		if e := t.ents[i]; e.expires <= now {
+		if e := t.ents[i]; e.expires <= upTo {
 			t.drop(k, i)
 			gone(e)
 		}
