@@ -74,12 +74,11 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 		return fmt.Errorf("%w: items %d and %d have the same key %q", ratelimit.ErrInvalidArgument, i, j, items[i].Key)
 	}
 
-	now := s.cutoff(clock)
 	swept := false
 	for m := shards; m != 0; m &= m - 1 {
 		sh := &s.shards[bits.TrailingZeros64(m)]
 		sh.mu.Lock()
-		swept = s.sweep(sh, now) || swept
+		swept = s.sweep(sh, clock) || swept
 	}
 	all := true
 	for i := range cs {
@@ -132,7 +131,7 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 	if swept {
 		other := &s.shards[s.cursor.Add(1)%shardCount]
 		other.mu.Lock()
-		s.sweepSome(other, now, 256)
+		s.sweepSome(other, s.cutoff(clock), 256)
 		other.mu.Unlock()
 	}
 	return nil

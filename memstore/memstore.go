@@ -241,9 +241,13 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 		return ratelimit.Decision{}, err
 	}
 
+	var k [16]byte // a short subject's key, made before taking the lock
+	if len(subject) <= maxShort {
+		k = shortKey(subject)
+	}
 	sh := s.shardOf(prefix, subject)
 	sh.mu.Lock()
-	swept := s.sweep(sh, s.cutoff(clock))
+	swept := s.sweep(sh, clock)
 	p := s.policyIn(sh, r.Limits)
 	if p == nil || !r.Peek && (r.Cost < 1 || r.Cost > p.minCap) {
 		sh.mu.Unlock()
@@ -257,7 +261,6 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 	var d ratelimit.Decision
 	var e *entry
 	if len(subject) <= maxShort && sp != nil {
-		k := shortKey(subject)
 		if sh.hit.e != nil && sh.hit.sp == sp && sh.hit.key == k {
 			e = sh.hit.e
 		} else if e = sp.short.get(k); e != nil {
@@ -736,17 +739,17 @@ func (s *Store) Sweep() {
 	s.polMu.Unlock()
 }
 
-// sweep drops the buckets of sh that expired by the second upTo once the
-// shard has served twice as many checks as it holds buckets (at least 64), so
-// that its cost per check is constant: half a bucket visited. It reports
-// whether it swept.
-func (s *Store) sweep(sh *shard, upTo uint32) bool {
+// sweep drops the buckets of sh that expired linger seconds before clock (µs)
+// once the shard has served twice as many checks as it holds buckets (at
+// least 64), so that its cost per check is constant: half a bucket visited.
+// It reports whether it swept.
+func (s *Store) sweep(sh *shard, clock int64) bool {
 	sh.ops++
 	if sh.ops < max(64, 2*sh.n) {
 		return false
 	}
 	sh.ops = 0
-	s.sweepSome(sh, upTo, math.MaxInt)
+	s.sweepSome(sh, s.cutoff(clock), math.MaxInt)
 	return true
 }
 
