@@ -32,7 +32,7 @@ func localContenders() []localContender {
 	lim := func(p policy) ratelimit.Limit { return ratelimit.NewLimit(p.rate, time.Second, p.burst) }
 	return []localContender{
 		{name: "ours: memstore",
-			note: "ratelimit.Limiter[string] over memstore.New(); buckets are swept once full again (1 ms after one check at 1000/s)",
+			note: "ratelimit.Limiter[string] over memstore.New(); a bucket is swept once it has been full again (1 ms after one check at 1000/s) for a second",
 			build: func(p policy) (Checker, error) {
 				return newOursLocal(memstore.New(), env{policy: p})
 			}},
