@@ -37,6 +37,19 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// Partitioner is the optional capability of a primary Store whose keys are
+// kept by parts that fail on their own: redisstore over a Redis Cluster,
+// whose partitions are its masters. Without WithPartitions, a Store whose
+// primary has it keeps one liveness flag per partition, so that a master
+// that fails sends only its own subjects to the outage behaviour. See
+// WithPartitions for what the two methods must do.
+type Partitioner interface {
+	// Partition names the partition that serves key, without I/O.
+	Partition(ctx context.Context, key string) string
+	// PingPartition returns nil when the partition answered within ctx.
+	PingPartition(ctx context.Context, partition string) error
+}
+
 // Store wraps a primary ratelimit.Store with an outage behaviour, a breaker
 // and a liveness probe. The zero Store is not usable; call New. A Store is
 // safe for simultaneous use by multiple goroutines.
@@ -46,9 +59,10 @@ type Store struct {
 	split   ratelimit.SplitKeyStore // primary, when it takes split keys
 	local   *memstore.Store
 
-	single  *part    // the one flag, without WithPartitions
-	parts   sync.Map // partition name -> *part, with WithPartitions
-	probing atomic.Int32
+	single   *part    // the one flag, without WithPartitions
+	parts    sync.Map // partition name -> *part, with WithPartitions
+	probing  atomic.Int32
+	interval atomic.Int64 // ProbeForever's interval, for kick
 }
 
 // Option configures a Store.
@@ -224,6 +238,9 @@ func New(primary ratelimit.Store, opts ...Option) (*Store, error) {
 		single:  &part{},
 	}
 	s.split, _ = primary.(ratelimit.SplitKeyStore)
+	if pp, ok := primary.(Partitioner); ok && s.partOf == nil {
+		s.partOf, s.pingPart = pp.Partition, pp.PingPartition
+	}
 	if s.ping == nil {
 		if p, ok := primary.(Pinger); ok {
 			s.ping = p.Ping
@@ -277,8 +294,15 @@ func (s *Store) apply(ctx context.Context, prefix, key string, r ratelimit.Reque
 		p.answered.Add(1)
 		return d, nil
 	}
-	if !s.isOutage(ctx, err) {
+	switch s.failure(ctx, p, err) {
+	case callerGaveUp:
 		return ratelimit.Decision{}, err
+	case notOutage:
+		return ratelimit.Decision{}, err
+	case callerDeadline:
+		// Answered by the outage behaviour, which does not block, but the
+		// breaker stays closed: one impatient caller is not an outage.
+		return s.serve(ctx, prefix, key, r, p, err)
 	}
 	s.down(ctx, p, gen, err)
 	return s.serve(ctx, prefix, key, r, p, err)
@@ -305,8 +329,11 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 		p.answered.Add(1)
 		return nil
 	}
-	if !s.isOutage(ctx, err) {
+	switch s.failure(ctx, p, err) {
+	case callerGaveUp, notOutage:
 		return err
+	case callerDeadline:
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	s.down(ctx, p, gen, err)
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -347,13 +374,40 @@ func (s *Store) withTimeout(ctx context.Context) (context.Context, context.Cance
 	return ctx, func() {}
 }
 
-// isOutage reports whether err, returned by the primary for a call made
-// with ctx, marks it down. A cancelled caller context never does.
-func (s *Store) isOutage(ctx context.Context, err error) bool {
-	if errors.Is(ctx.Err(), context.Canceled) {
-		return false
+// A failure is what an error of the primary means for the breaker.
+type failure int
+
+const (
+	// outage: the primary could not be reached (see IsUnreachable, or
+	// WithClassifier); it is marked down.
+	outage failure = iota
+	// notOutage: the primary answered, with an error that would be the same
+	// again (an invalid argument, a corrupt bucket, a script error).
+	notOutage
+	// callerGaveUp: the caller cancelled its context.
+	callerGaveUp
+	// callerDeadline: the caller's own deadline ran out while the primary
+	// was slow.
+	callerDeadline
+)
+
+// failure classifies err, returned by the primary for a call made with ctx
+// on partition p. The caller's own deadline or cancellation never opens the
+// breaker: a slow answer is not an outage. A call whose caller's deadline ran
+// out kicks a probe of p (see kick) instead, so that a hung primary is still
+// found within the caller's deadline plus one probe interval. WithTimeout's
+// deadline, which ran out while the caller's had not, is an outage.
+func (s *Store) failure(ctx context.Context, p *part, err error) failure {
+	switch cerr := ctx.Err(); {
+	case errors.Is(cerr, context.Canceled):
+		return callerGaveUp
+	case cerr != nil:
+		s.kick(ctx, p)
+		return callerDeadline
+	case s.classify(err):
+		return outage
 	}
-	return s.classify(err)
+	return notOutage
 }
 
 // serve answers a check on the key prefix+key with the outage behaviour.
