@@ -195,7 +195,7 @@ func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (De
 	}
 	key, r, err := l.Request(subject, cost)
 	if err != nil {
-		l.failed(ctx, "", OpAcquire, cost, err, time.Time{})
+		l.failed(ctx, l.errKey(subject), OpAcquire, cost, err, time.Time{})
 		return Decision{}, err
 	}
 	return l.apply(ctx, key, r)
@@ -210,7 +210,7 @@ func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (De
 func (l *Limiter[K]) Peek(ctx context.Context, subject K) (Decision, error) {
 	key, r, err := l.request(subject, 1, true)
 	if err != nil {
-		l.failed(ctx, "", OpPeek, 1, err, time.Time{})
+		l.failed(ctx, l.errKey(subject), OpPeek, 1, err, time.Time{})
 		return Decision{}, err
 	}
 	return l.apply(ctx, key, r)
@@ -290,6 +290,21 @@ func (l *Limiter[K]) decided(ctx context.Context, key string, cost int64, peek b
 	if l.obs != nil {
 		l.obs.ObserveDecision(ctx, DecisionEvent{Namespace: l.ns, Key: key, Cost: cost, Peek: peek, Decision: d, Latency: time.Since(start)})
 	}
+}
+
+// errKey returns the key an ErrorEvent reports for a check on subject that
+// was refused before the store: the subject's key when the subject itself is
+// valid (the cost or the clock's time was not), else "". It encodes only
+// when there is an observer to tell.
+func (l *Limiter[K]) errKey(subject K) string {
+	if l.obs == nil {
+		return ""
+	}
+	enc := l.encode(subject)
+	if enc == "" {
+		return ""
+	}
+	return l.prefix + enc
 }
 
 // failed tells the observer about an error. A zero start (an argument
