@@ -68,8 +68,9 @@ func (b *TokenBucket) Peek(now time.Time) (Decision, error) {
 	return b.apply(Request{Limits: b.limits, Peek: true, Now: now})
 }
 
-// Limits returns the bucket's limits. The caller must not modify the slice.
-func (b *TokenBucket) Limits() []Limit { return b.limits }
+// Limits returns the bucket's limits. It returns a copy: changing it does not
+// change the bucket.
+func (b *TokenBucket) Limits() []Limit { return append([]Limit(nil), b.limits...) }
 
 func (b *TokenBucket) apply(r Request) (Decision, error) {
 	if !r.Peek {

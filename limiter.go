@@ -383,8 +383,9 @@ func (l *Limiter[K]) subjectRequest(subject K, cost int64, peek bool, now time.T
 }
 
 // Limits returns the limiter's policy: the Limit it was built with, or the
-// Limits of NewMulti. The caller must not modify the slice.
-func (l *Limiter[K]) Limits() []Limit { return l.limits }
+// Limits of NewMulti. It returns a copy: changing it does not change the
+// policy.
+func (l *Limiter[K]) Limits() []Limit { return append([]Limit(nil), l.limits...) }
 
 // Namespace returns the namespace that prefixes the limiter's keys.
 func (l *Limiter[K]) Namespace() string { return l.ns }
