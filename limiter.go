@@ -50,6 +50,15 @@ func WithNamespace(ns string) Option { return func(o *options) { o.namespace = n
 // the server's TIME). Tests use it to control time on every store; in
 // production the server's clock is usually the better choice, because every
 // process then shares it.
+//
+// It controls the bucket arithmetic, not key expiry: Redis expires a key on
+// its own clock (PX, in real time), and memstore on its own WithClock clock.
+// With a clock that runs slower than real time, Redis may drop a bucket that
+// by the injected clock is not yet full, and the next check finds it full:
+// spend 2 of PerSecond(2), sleep 1.1 s, check at the same frozen instant, and
+// memstore (built with the same clock) denies while Redis admits. A test that
+// freezes or slows the injected clock against Redis must not also let real
+// time pass beyond the buckets' ResetAfter.
 func WithClock(clock func() time.Time) Option { return func(o *options) { o.clock = clock } }
 
 // WithKeyCodec sets the function that encodes a subject into the key suffix.
