@@ -23,9 +23,11 @@ type Limiter[K any] struct {
 	prefix string
 	encode func(K) string
 	clock  func() time.Time
-	split  SplitKeyStore // store, when it takes keys in two parts
-	cache  *denyCache    // nil without WithDenyCache
-	obs    Observer      // nil without WithObserver
+	split  SplitKeyStore                              // store, when it takes keys in two parts
+	cache  *denyCache                                 // nil without WithDenyCache
+	obs    Observer                                   // nil without WithObserver
+	sleep  func(context.Context, time.Duration) error // Wait's sleep (WithSleep)
+	jitter func(n int64) int64                        // Wait's jitter, in [0, n)
 }
 
 // Option configures a Limiter.
@@ -37,6 +39,7 @@ type options struct {
 	codec     any
 	denyCache int
 	observer  Observer
+	sleep     func(context.Context, time.Duration) error
 	errs      []error
 }
 
@@ -139,7 +142,7 @@ func NewMulti[K any](store Store, limits []Limit, opts ...Option) (*Limiter[K], 
 	if err := validateLimits(limits); err != nil {
 		return nil, err
 	}
-	o := options{namespace: DefaultNamespace, clock: nil}
+	o := options{namespace: DefaultNamespace, clock: nil, sleep: sleepCtx}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -156,6 +159,8 @@ func NewMulti[K any](store Store, limits []Limit, opts ...Option) (*Limiter[K], 
 		prefix: strconv.Itoa(len(o.namespace)) + ":" + o.namespace + ":",
 		clock:  o.clock,
 		obs:    o.observer,
+		sleep:  o.sleep,
+		jitter: randJitter,
 	}
 	l.split, _ = store.(SplitKeyStore)
 	if o.denyCache > 0 {
