@@ -89,7 +89,9 @@ func WithCost(cost CostFunc) Option { return func(in *Interceptor) { in.cost = c
 // WithPolicyName sets the name of the default limiter's policy in the
 // ratelimit-policy and ratelimit metadata. The default is the limiter's
 // namespace when it has a Namespace method (as *ratelimit.Limiter has), else
-// "default". It must be 1 to 64 printable ASCII characters.
+// "default". It must be 1 to 64 printable ASCII characters. It names only the
+// limiter given to New (none when that is nil); the limiters of WithMethod
+// are named by their namespaces.
 func WithPolicyName(name string) Option {
 	return func(in *Interceptor) {
 		if in.def != nil {

@@ -156,6 +156,12 @@ func (r *recording) TryAcquireN(_ context.Context, subject string, cost int64) (
 }
 func (r *recording) Limits() []ratelimit.Limit { return []ratelimit.Limit{ratelimit.PerSecond(10)} }
 
+func (r *recording) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.subjects)
+}
+
 func (r *recording) last() (string, int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
