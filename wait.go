@@ -50,7 +50,8 @@ func (l *Limiter[K]) Wait(ctx context.Context, subject K) (Decision, error) {
 //     subject. The error wraps ErrInvalidArgument and no store is called.
 //   - a check fails: its error is returned at once, not retried. A store
 //     with an outage behaviour (package fallback) decides inside the store,
-//     so its denials (FailClosed) are waited out like any other, and its
+//     so its denials (FailClosed, or a local share too small for cost) are
+//     waited out like any other, until the primary answers again, and its
 //     admissions (FailOpen) end the wait.
 //
 // A waiter is not a queue: each try is one check on the shared bucket (with
