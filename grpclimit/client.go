@@ -29,7 +29,8 @@ func WithRetries(n int) ClientOption { return func(c *client) { c.retries = max(
 
 // WithRetrySleep sets how the interceptor waits between tries: sleep must
 // return after d, or earlier with ctx's error when ctx ends. The default is a
-// timer. Tests inject one that does not really sleep.
+// timer, which a nil sleep keeps. Tests inject one that does not really
+// sleep.
 func WithRetrySleep(sleep func(ctx context.Context, d time.Duration) error) ClientOption {
 	return func(c *client) {
 		if sleep != nil {
