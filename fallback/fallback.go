@@ -113,7 +113,9 @@ func WithFleetShare(n int) Option {
 }
 
 // WithClock sets the clock of the local buckets and of the unchecked
-// decisions of FailOpen and FailClosed (default time.Now). A request that
+// decisions of FailOpen and FailClosed. The default is the wall clock read at
+// New advanced by the monotonic clock, as memstore's, so that a step of the
+// system clock neither credits nor withholds refill. A request that
 // carries a time (Request.Now) is decided at that time instead.
 func WithClock(clock func() time.Time) Option {
 	return func(c *config) {
@@ -224,7 +226,7 @@ func New(primary ratelimit.Store, opts ...Option) (*Store, error) {
 	if primary == nil {
 		return nil, fmt.Errorf("%w: fallback: primary store must not be nil", ratelimit.ErrInvalidArgument)
 	}
-	c := config{outage: ratelimit.ReturnError, share: 1, clock: time.Now, classify: IsUnreachable}
+	c := config{outage: ratelimit.ReturnError, share: 1, clock: monotonicClock(), classify: IsUnreachable}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -426,6 +428,13 @@ func (s *Store) serve(ctx context.Context, prefix, key string, r ratelimit.Reque
 		return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	}
 	return ratelimit.Decision{}, p.unavailable()
+}
+
+// monotonicClock returns a clock that reads the wall clock once, now, and
+// then advances it by the monotonic clock (memstore's default).
+func monotonicClock() func() time.Time {
+	start := time.Now()
+	return func() time.Time { return start.Add(time.Since(start)) }
 }
 
 // now returns the time of r in microseconds: its own, else the clock's.
