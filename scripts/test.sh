@@ -4,7 +4,7 @@
 #
 # On a fresh Debian machine it installs redis-server and redis-cli (Debian's
 # redis-server and redis-tools packages) and a headless browser (Debian's
-# chromium package, for the operator page's browser test in internal/server).
+# chromium package, for the operator page's browser test in cmd/ratelimit).
 # No Redis service is needed or started: the tests start their own
 # redis-server processes on free loopback ports (see internal/redistest).
 set -euo pipefail
@@ -57,7 +57,7 @@ if ! have_redis; then
 fi
 log "$(redis-server --version)"
 
-# The operator page's test (internal/server) drives this browser and fails
+# The operator page's test (cmd/ratelimit) drives this browser and fails
 # when it is missing.
 if [ ! -x /usr/bin/chromium ]; then
 	log "/usr/bin/chromium not found: installing Debian's chromium"

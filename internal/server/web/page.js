@@ -316,7 +316,7 @@
       el("td", { class: "subject" }, s.subject),
       el("td", {}, s.namespace),
       el("td", { class: "num" }, num(s.denied) + (s.max_overcount ? " (±" + num(s.max_overcount) + ")" : ""))));
-    box.replaceChildren(caption, el("div", { class: "scroll" }, el("table", { "aria-labelledby": "top-h" },
+    box.replaceChildren(caption, el("div", { class: "scroll" }, el("table", { id: "top-table", "aria-labelledby": "top-h" },
       el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Subject"), el("th", { scope: "col" }, "Namespace"),
         el("th", { scope: "col", class: "num" }, "Denials (decayed)"))),
       el("tbody", {}, ...rows))));
