@@ -108,8 +108,9 @@ func NewStats(o StatsOptions) *Stats {
 	return s
 }
 
-// ObserveDecision counts a decided check: acquires in the totals, the rates
-// and, when denied, the most-denied sketch; peeks only in the latency.
+// ObserveDecision counts a decided check: acquires in the totals and the
+// rates and, when a bucket denied them (not fail-closed, which denies
+// everyone), in the most-denied sketch; peeks only in the latency.
 func (s *Stats) ObserveDecision(_ context.Context, e ratelimit.DecisionEvent) {
 	ns := s.ns(e.Namespace)
 	now := s.clock()
@@ -124,7 +125,7 @@ func (s *Stats) ObserveDecision(_ context.Context, e ratelimit.DecisionEvent) {
 		ns.denied.Add(1)
 	}
 	ns.rate.add(step, e.Decision.Allowed)
-	if !e.Decision.Allowed && s.top != nil {
+	if !e.Decision.Allowed && e.Decision.Enforced() && s.top != nil {
 		s.mu.Lock()
 		s.top.add(e.Namespace, subjectOf(e.Namespace, e.Key), now.Unix()/halfLifeSecs)
 		s.mu.Unlock()

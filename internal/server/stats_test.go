@@ -255,7 +255,10 @@ func TestTopDeniedDecays(t *testing.T) {
 	s, c := newStatsService(t, Options{}, StatsOptions{TopDenied: true})
 	decide(s.stats, "default", "alice", 100, false, 0)
 	decide(s.stats, "login", "alice", 1, false, 0)
-	decide(s.stats, "default", "bob", 40, true, 0) // allowed: not counted
+	decide(s.stats, "default", "bob", 40, true, 0)                         // allowed: not counted
+	s.stats.ObserveDecision(context.Background(), ratelimit.DecisionEvent{ // fail-closed denies everyone: not counted
+		Namespace: "default", Key: "7:default:carol", Decision: ratelimit.Decision{Source: ratelimit.SourceFailClosed},
+	})
 	c.Advance(TopDeniedHalfLife)
 	decide(s.stats, "default", "bob", 60, false, 0)
 
