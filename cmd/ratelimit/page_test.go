@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -219,5 +221,102 @@ func TestOperatorPage(t *testing.T) {
 		chromium(t, base+"#token="+token, "--window-size=1200,900", "--screenshot="+filepath.Join(art, "operator-page-outage.png"))
 		t.Logf("screenshots in %s", art)
 	})
+	p.stop(t)
+}
+
+// stats returns the /v1/stats report of the service at addr.
+func stats(t *testing.T, addr string) map[string]any {
+	t.Helper()
+	r := get(t, "http://"+addr+"/v1/stats")
+	if r.code != 200 || r.body == nil {
+		t.Fatalf("/v1/stats: %d %s", r.code, r.raw)
+	}
+	return r.body
+}
+
+// TestOperatorPageOnAdminListen checks that with --upstream the page and
+// /v1/stats are on --admin-listen, counting the proxied requests, while /
+// of --listen is the upstream's.
+func TestOperatorPageOnAdminListen(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "upstream root")
+	}))
+	defer up.Close()
+	p := serve(t, nil, "--upstream", up.URL, "--admin-listen", "127.0.0.1:0")
+	if r := get(t, "http://"+p.addr+"/"); r.code != 200 || r.raw != "upstream root" {
+		t.Errorf("/ of --listen: %d %q, want the upstream's", r.code, r.raw)
+	}
+	if r := get(t, "http://"+p.admin+"/"); r.code != 200 || !strings.Contains(r.raw, `<script src="page.js"`) {
+		t.Errorf("/ of --admin-listen: %d %q, want the page", r.code, r.raw)
+	}
+	ns := stats(t, p.admin)["namespaces"].([]any)[0].(map[string]any)
+	if ns["name"] != "default" || ns["allowed"] != 1.0 {
+		t.Errorf("/v1/stats of --admin-listen: %v, want the proxied request allowed in default", ns)
+	}
+	p.stop(t)
+}
+
+// TestStatsCluster checks /v1/stats over Redis Cluster: the masters listed
+// from the client's layout, all up, then the killed one down while the
+// others stay up.
+func TestStatsCluster(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 0)
+	var args []string
+	for _, a := range c.Addrs() {
+		args = append(args, "--redis", "redis://"+a)
+	}
+	p := serve(t, nil, append(args, "--outage", "local-fallback", "--timeout", "300ms")...)
+	post(t, p.addr, "/v1/acquire", `{"subject":"first"}`) // the client learns the layout
+
+	mastersOf := func(r map[string]any) map[string]bool {
+		up := map[string]bool{}
+		ms, _ := r["store"].(map[string]any)["masters"].([]any)
+		for _, m := range ms {
+			m := m.(map[string]any)
+			up[m["addr"].(string)] = m["up"].(bool)
+		}
+		return up
+	}
+	r := stats(t, p.addr)
+	if st := r["store"].(map[string]any); st["kind"] != "cluster" || st["primary_up"] != true || st["outage"] != "local-fallback" {
+		t.Errorf("store: %v", st)
+	}
+	got := mastersOf(r)
+	masters := c.Masters()
+	for _, m := range masters {
+		if !got[m.Addr()] {
+			t.Errorf("master %s not listed up: %v", m.Addr(), got)
+		}
+	}
+	if len(got) != 3 {
+		t.Errorf("masters %v, want the 3 of the cluster", got)
+	}
+
+	dead := masters[0]
+	// A check on one of its keys marks it down.
+	subject := ""
+	for i := 0; subject == "" && i < 1000; i++ {
+		if s := fmt.Sprintf("user-%d", i); c.MasterOf(redistest.SlotOf("7:default:"+s)) == dead {
+			subject = s
+		}
+	}
+	if subject == "" {
+		t.Fatalf("no subject of 1000 on master %s", dead.Addr())
+	}
+	dead.Kill()
+	post(t, p.addr, "/v1/acquire", fmt.Sprintf(`{"subject":%q}`, subject))
+	p.waitLog(t, "master="+dead.Addr())
+	r = stats(t, p.addr)
+	got = mastersOf(r)
+	if r["store"].(map[string]any)["primary_up"] != false || got[dead.Addr()] || len(got) != 3 {
+		t.Errorf("with %s killed: primary_up %v, masters %v", dead.Addr(), r["store"].(map[string]any)["primary_up"], got)
+	}
+	for _, m := range masters[1:] {
+		if !got[m.Addr()] {
+			t.Errorf("master %s not up while another is down: %v", m.Addr(), got)
+		}
+	}
 	p.stop(t)
 }
