@@ -61,10 +61,16 @@ type StoreReport struct {
 
 // MasterReport is the state of one Cluster master.
 type MasterReport struct {
-	Addr  string     `json:"addr"`
-	Up    bool       `json:"up"`
+	// Addr is the master's host:port.
+	Addr string `json:"addr"`
+	// Up is false while the master is marked down: its subjects get the
+	// outage behaviour.
+	Up bool `json:"up"`
+	// Since is the time of its last change of state, absent when it has
+	// not changed since start.
 	Since *time.Time `json:"since,omitempty"`
-	Error string     `json:"error,omitempty"`
+	// Error is why it was marked down, while it is.
+	Error string `json:"error,omitempty"`
 }
 
 // ReloadReport is the outcome of the last config reload (SIGHUP).
@@ -145,7 +151,7 @@ func (s *Service) Stats(ctx context.Context) StatsReport {
 	set := s.policies.Load()
 	for _, name := range set.limits.Names() {
 		l := set.limits[name]
-		ns := st.ns(name)
+		ns := st.lookup(name)
 		allowed, denied := ns.rate.counts(step-1, RatePoints)
 		curAllowed, curDenied := ns.rate.counts(step, 1)
 		// The rate over the last whole step and the one in progress, or
