@@ -79,11 +79,11 @@ type StatsOptions struct {
 //
 // A Stats is a ratelimit.Observer: the Service attaches it to every
 // namespace's Limiter beside its Metrics; give it to the store too
-// (fallback.WithObserver) so that it sees outages. Its memory is fixed: about
-// 6 KiB per namespace that has seen a check and, for the subjects,
-// TopDeniedCounters counters, whatever the traffic. It is safe for simultaneous use by
-// multiple goroutines; recording a decision costs a few atomic additions
-// (and a short lock on a denial with TopDenied).
+// (fallback.WithObserver) so that it sees outages. Its memory is fixed,
+// whatever the traffic: about 6 KiB per namespace that has seen a check and,
+// for the subjects, TopDeniedCounters counters. It is safe for simultaneous
+// use by multiple goroutines; recording a decision costs a few atomic
+// additions (and a short lock on a denial with TopDenied).
 type Stats struct {
 	clock     func() time.Time
 	started   time.Time
