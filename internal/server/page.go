@@ -199,7 +199,8 @@ func (s *Service) Stats(ctx context.Context) StatsReport {
 	st.mu.Lock()
 	for name, p := range st.parts {
 		if name == "" {
-			r.Store.Since = &p.since
+			since := p.since
+			r.Store.Since = &since
 			r.Store.Error = p.cause
 		} else if !slices.Contains(masters, name) {
 			masters = append(masters, name)
@@ -210,7 +211,8 @@ func (s *Service) Stats(ctx context.Context) StatsReport {
 	for _, addr := range masters {
 		m := MasterReport{Addr: addr, Up: true}
 		if p := st.parts[addr]; p != nil {
-			m.Up, m.Since, m.Error = p.up, &p.since, p.cause
+			since := p.since
+			m.Up, m.Since, m.Error = p.up, &since, p.cause
 		}
 		r.Store.Masters = append(r.Store.Masters, m)
 	}
@@ -231,18 +233,6 @@ func (s *Service) Stats(ctx context.Context) StatsReport {
 		}
 	}
 	st.mu.Unlock()
-	// A copy of each time, so that the report holds no pointer into the
-	// Stats.
-	if r.Store.Since != nil {
-		t := *r.Store.Since
-		r.Store.Since = &t
-	}
-	for i := range r.Store.Masters {
-		if m := &r.Store.Masters[i]; m.Since != nil {
-			t := *m.Since
-			m.Since = &t
-		}
-	}
 	return r
 }
 
