@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -376,5 +377,34 @@ func TestStatsEmbeddedHasNoOutage(t *testing.T) {
 	s, _, _ := newService(t, Options{StoreKind: StoreEmbedded, Outage: ratelimit.FailClosed})
 	if r := s.Stats(context.Background()).Store; r.Outage != "" || !r.PrimaryUp {
 		t.Errorf("embedded store: %+v", r)
+	}
+}
+
+// TestStatsConcurrent records from many goroutines while reports are read
+// (run with -race); the totals come out exact.
+func TestStatsConcurrent(t *testing.T) {
+	s, c := newStatsService(t, Options{StoreKind: StoreRedis}, StatsOptions{TopDenied: true})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 1000 {
+				decide(s.stats, "default", fmt.Sprintf("s%d-%d", g, i%50), 1, i%3 != 0, time.Millisecond)
+				if i%100 == 0 {
+					c.Advance(time.Second)
+					s.stats.ObserveFallback(ctx, ratelimit.FallbackEvent{Alive: i%200 == 0, At: c.Now()})
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 50 {
+			s.Stats(ctx)
+		}
+	})
+	wg.Wait()
+	ns := nsReport(t, s.Stats(ctx), "default")
+	if ns.Allowed+ns.Denied != 8000 || ns.Denied != 8*334 {
+		t.Errorf("totals: %d allowed, %d denied; want 8000 in all, %d denied", ns.Allowed, ns.Denied, 8*334)
 	}
 }
