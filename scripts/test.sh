@@ -64,7 +64,7 @@ if [ ! -x /usr/bin/chromium ]; then
 	apt_install chromium
 	[ -x /usr/bin/chromium ] || { log "/usr/bin/chromium still not found after apt-get install"; exit 1; }
 fi
-log "$(/usr/bin/chromium --version)"
+log "$(/usr/bin/chromium --version 2>/dev/null)"
 
 command -v go >/dev/null || { log "go not found on PATH"; exit 1; }
 
