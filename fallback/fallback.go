@@ -403,13 +403,20 @@ func (s *Store) failure(ctx context.Context, p *part, err error) failure {
 	switch cerr := ctx.Err(); {
 	case errors.Is(cerr, context.Canceled):
 		return callerGaveUp
-	case cerr != nil:
+	case cerr != nil || pastDeadline(ctx):
 		s.kick(ctx, p)
 		return callerDeadline
 	case s.classify(err):
 		return outage
 	}
 	return notOutage
+}
+
+// pastDeadline reports whether ctx's deadline has passed: a connection's
+// read deadline, set from it, can fire before the context's own timer does.
+func pastDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // serve answers a check on the key prefix+key with the outage behaviour.

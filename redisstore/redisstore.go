@@ -168,15 +168,23 @@ func (s *Store) eval(ctx context.Context, keys []string, args []any) (any, error
 func (s *Store) Ping(ctx context.Context) error {
 	switch c := s.client.(type) {
 	case *redis.Client:
+		// The lock guards the client, not the ping: a ping waiting on a
+		// hung server must not hold back another ping with a shorter
+		// deadline (its wait for the one connection ends with its ctx).
 		s.probeMu.Lock()
-		defer s.probeMu.Unlock()
 		if s.probe == nil {
 			s.probe = redis.NewClient(s.probeOpts)
 		}
-		err := s.probe.Ping(ctx).Err()
+		probe := s.probe
+		s.probeMu.Unlock()
+		err := probe.Ping(ctx).Err()
 		if err != nil {
-			s.probe.Close()
-			s.probe = nil
+			s.probeMu.Lock()
+			if s.probe == probe {
+				s.probe = nil
+			}
+			s.probeMu.Unlock()
+			probe.Close()
 		}
 		return err
 	case *redis.ClusterClient:
