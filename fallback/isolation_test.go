@@ -223,3 +223,13 @@ func TestACallersShortDeadlineIsNotAnOutage(t *testing.T) {
 		t.Fatalf("the next caller: %+v, %v, alive %v; want the shared bucket", d, err, f.store.IsAlive())
 	}
 }
+
+// TestTheProbeFindsASingleServerDownWithoutChecks: over one Redis server the
+// store is one partition, so the probe watches it before any check is made.
+func TestTheProbeFindsASingleServerDownWithoutChecks(t *testing.T) {
+	checkNoLeak(t)
+	f := newStandalone(t, ratelimit.PerMinute(10), nil, WithOutage(ratelimit.FailClosed))
+	runProbe(t, f.store)
+	f.server.Kill()
+	waitFor(t, 5*time.Second, "the probe marks the primary down", func() bool { return !f.store.IsAlive() })
+}

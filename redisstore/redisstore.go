@@ -208,6 +208,17 @@ func (s *Store) Close() error {
 	return err
 }
 
+// Partitions returns Partition and PingPartition on Cluster, and nil
+// functions on a single server, which is one partition: package fallback
+// then keeps one liveness flag per master without WithPartitions (see
+// fallback.Partitioner).
+func (s *Store) Partitions() (partition func(ctx context.Context, key string) string, ping func(ctx context.Context, partition string) error) {
+	if s.cluster == nil {
+		return nil, nil
+	}
+	return s.Partition, s.PingPartition
+}
+
 // Partition names the partition of the server that keeps key's bucket: on
 // Cluster the address of the master that owns the key's slot in the client's
 // cached layout ("" before it has one), read without I/O; on a single server
