@@ -116,14 +116,19 @@ func ParsePrefixes(list ...string) ([]netip.Prefix, error) {
 }
 
 // Header returns a KeyFunc that keys a request by the value of header name,
-// for example an API key. A request without the header, or with an empty
-// one, has no key.
+// for example an API key, byte for byte. A request without the header, or
+// with an empty one, has no key; a value longer than MaxKeyBytes is refused
+// with ErrKeyTooLong (431), so that a client cannot make the store keep
+// keys of any size.
 func Header(name string) KeyFunc {
 	canon := http.CanonicalHeaderKey(name)
 	return func(r *http.Request) (string, error) {
 		v := strings.TrimSpace(r.Header.Get(canon))
 		if v == "" {
 			return "", fmt.Errorf("%w: missing %s header", ErrNoKey, canon)
+		}
+		if len(v) > MaxKeyBytes {
+			return "", fmt.Errorf("%w: %s header is longer than %d bytes", ErrKeyTooLong, canon, MaxKeyBytes)
 		}
 		return v, nil
 	}
