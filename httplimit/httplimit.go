@@ -130,9 +130,9 @@ func New(lim Limiter, opts ...Option) (*Middleware, error) {
 		return nil, errors.New("httplimit: limiter must not be nil")
 	}
 	m := &Middleware{
-		lim:    lim,
-		key:    ClientIP,
-		name:   DefaultPolicyName,
+		lim:     lim,
+		key:     ClientIP,
+		name:    DefaultPolicyName,
 		outage:  ratelimit.FailClosed,
 		clock:   time.Now,
 		timeout: DefaultTimeout,
