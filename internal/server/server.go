@@ -10,6 +10,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -23,6 +24,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/httplimit"
@@ -56,14 +58,18 @@ type Options struct {
 	// /healthz and /metrics.
 	Outage ratelimit.Outage
 	// Degraded reports whether the Store is serving without its primary
-	// (package fallback's !IsAlive), for /healthz and the
-	// ratelimit_fallback_active gauge. Nil means never.
+	// (package fallback's !IsAlive), for /healthz, /readyz and the
+	// ratelimit_fallback_active gauge. Nil means never, and that the store
+	// has no outage behaviour: Outage is then not reported.
 	Degraded func() bool
 	// Metrics receives the service's metrics (default: a new Metrics).
 	// Its Observer is attached to the Limiter of every namespace.
 	Metrics *Metrics
 	// Logger receives errors and reloads (default: discard).
 	Logger *slog.Logger
+	// Version is the build's version, for ratelimit_build_info and
+	// GET /v1/config.
+	Version string
 	// Clock, when set, is the time of every check and of the headers. By
 	// default checks use the store's clock (Redis's TIME) and headers
 	// time.Now. Tests set it.
@@ -74,10 +80,14 @@ type Options struct {
 type Service struct {
 	store      ratelimit.Store
 	name       string
-	token      []byte
+	token      atomic.Pointer[[]byte]
+	draining   atomic.Bool
+	authLog    rateLimitedLog
+	version    string
 	timeout    time.Duration
 	outage     ratelimit.Outage
 	degraded   func() bool
+	hasOutage  bool // the store has an outage behaviour (Options.Degraded set)
 	metrics    *Metrics
 	log        *slog.Logger
 	clock      func() time.Time
@@ -102,7 +112,7 @@ func New(o Options) (*Service, error) {
 	s := &Service{
 		store:    o.Store,
 		name:     o.StoreName,
-		token:    []byte(o.Token),
+		version:  o.Version,
 		timeout:  o.Timeout,
 		outage:   o.Outage,
 		degraded: o.Degraded,
@@ -111,6 +121,8 @@ func New(o Options) (*Service, error) {
 		clock:    o.Clock,
 		now:      o.Clock,
 	}
+	s.SetToken(o.Token)
+	s.hasOutage = o.Degraded != nil
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
 	}
@@ -188,6 +200,7 @@ func (s *Service) Policies() config.Policies {
 // ratelimit_config_reloads_total{result="error"}.
 func (s *Service) Reload(path string) error {
 	p, err := config.Load(path)
+	old := s.policies.Load().limits
 	if err == nil {
 		err = s.SetPolicies(p)
 	}
@@ -198,7 +211,11 @@ func (s *Service) Reload(path string) error {
 		return err
 	}
 	s.metrics.reloads.WithLabelValues("ok").Inc()
-	s.log.Info("config reloaded", "file", path, "policies", p.String())
+	attrs := []any{"file", path, "policies", p.String()}
+	if removed := removedNames(old, p); len(removed) > 0 {
+		attrs = append(attrs, "removed", strings.Join(removed, ","))
+	}
+	s.log.Info("config reloaded", attrs...)
 	return nil
 }
 
@@ -253,19 +270,26 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 		err = lim.Reset(ctx, subject)
 	}
 	if err != nil && !errors.Is(err, ratelimit.ErrInvalidArgument) && !errors.Is(err, context.Canceled) {
-		s.errLog.log(s.log, "check failed", "op", string(o), "namespace", ns, "err", err)
+		s.errLog.log(s.log, "check failed", "op", string(o), "namespace", ns,
+			"subject", SubjectHash(subject), "err", redactErr(err, lim.Key(subject), ns, subject))
 	}
 	return d, lim, err
 }
 
 // Handler returns the service's HTTP API: POST /v1/acquire, /v1/peek and
-// /v1/reset, GET /healthz and GET /metrics. Every other path is 404.
+// /v1/reset (with Content-Type application/json, else 415), GET /v1/config,
+// /healthz (liveness), /readyz (readiness) and /metrics. Every other path
+// is 404. A body must be valid UTF-8 with each field spelled exactly once,
+// in lower case; a subject is at most MaxSubjectBytes and is never logged
+// (SubjectHash stands for it).
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/acquire", s.api(opAcquire))
 	mux.Handle("/v1/peek", s.api(opPeek))
 	mux.Handle("/v1/reset", s.api(opReset))
 	mux.HandleFunc("/healthz", s.healthz)
+	mux.HandleFunc("/readyz", s.readyz)
+	mux.HandleFunc("/v1/config", s.serveConfig)
 	mux.HandleFunc("/metrics", s.serveMetrics)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "/", http.StatusNotFound, fmt.Sprintf("no such endpoint %s; the API is POST /v1/acquire, /v1/peek, /v1/reset, GET /healthz, /metrics", r.URL.Path))
@@ -279,8 +303,9 @@ type APIRequest struct {
 	Namespace string `json:"namespace"`
 	// Subject is whose bucket to use: a user, an API key, an IP address.
 	Subject string `json:"subject"`
-	// Cost is the tokens acquire takes (default 1). Peek and reset ignore
-	// it.
+	// Cost is the tokens acquire takes (default 1). When set it must be
+	// 1 up to the namespace's capacity for every operation; peek and reset
+	// ignore its value.
 	Cost *int64 `json:"cost"`
 }
 
@@ -351,8 +376,12 @@ func (s *Service) api(o op) http.Handler {
 			return
 		}
 		if !s.authorized(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="ratelimit"`)
-			s.fail(w, path, http.StatusUnauthorized, "missing or wrong bearer token")
+			s.unauthorized(w, r, path)
+			return
+		}
+		if !isJSON(r) {
+			w.Header().Set("Accept", "application/json")
+			s.fail(w, path, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
 			return
 		}
 		req, code, msg := s.decode(w, r)
@@ -377,7 +406,7 @@ func (s *Service) api(o op) http.Handler {
 			case cost < 1:
 				s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("cost must be at least 1 (got %d)", cost))
 				return
-			case cost > limit.Capacity && o == opAcquire:
+			case cost > limit.Capacity:
 				s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("cost %d exceeds the capacity %d of namespace %q: it could never be allowed", cost, limit.Capacity, ns))
 				return
 			}
@@ -427,7 +456,11 @@ func (s *Service) api(o op) http.Handler {
 // decode reads an APIRequest, or returns the status and message of why it
 // cannot.
 func (s *Service) decode(w http.ResponseWriter, r *http.Request) (req APIRequest, code int, msg string) {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	data, code, msg := readBody(w, r)
+	if code != 0 {
+		return req, code, msg
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(&req)
 	if err == nil {
@@ -467,6 +500,10 @@ func (s *Service) decode(w http.ResponseWriter, r *http.Request) (req APIRequest
 		return req, http.StatusBadRequest, `subject is required, e.g. {"subject": "alice"}`
 	case len(req.Subject) > MaxSubjectBytes:
 		return req, http.StatusBadRequest, fmt.Sprintf("subject is longer than %d bytes", MaxSubjectBytes)
+	case strings.ContainsRune(req.Subject, utf8.RuneError):
+		// Lone surrogate escapes ("\ud800") decode to U+FFFD as invalid
+		// bytes do: refused, so that no two subjects share a bucket.
+		return req, http.StatusBadRequest, "subject holds U+FFFD or a lone surrogate escape; send valid UTF-8"
 	}
 	return req, 0, ""
 }
@@ -482,7 +519,8 @@ func jsonKind(k string) string {
 }
 
 func (s *Service) authorized(r *http.Request) bool {
-	if len(s.token) == 0 {
+	token := *s.token.Load()
+	if len(token) == 0 {
 		return true
 	}
 	h := r.Header.Get("Authorization")
@@ -490,7 +528,7 @@ func (s *Service) authorized(r *http.Request) bool {
 	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
 		return false
 	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len(prefix):])), s.token) == 1
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len(prefix):])), token) == 1
 }
 
 func (s *Service) healthz(w http.ResponseWriter, r *http.Request) {
