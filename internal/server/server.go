@@ -292,7 +292,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("/v1/config", s.serveConfig)
 	mux.HandleFunc("/metrics", s.serveMetrics)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.fail(w, "/", http.StatusNotFound, fmt.Sprintf("no such endpoint %s; the API is POST /v1/acquire, /v1/peek, /v1/reset, GET /healthz, /metrics", r.URL.Path))
+		s.fail(w, "/", http.StatusNotFound, fmt.Sprintf("no such endpoint %s; the API is POST /v1/acquire, /v1/peek, /v1/reset, GET /v1/config, /healthz, /readyz, /metrics", r.URL.Path))
 	})
 	return mux
 }
