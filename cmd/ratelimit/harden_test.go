@@ -114,10 +114,10 @@ func TestServeRedisCredentials(t *testing.T) {
 		t.Errorf("peek with REDISCLI_AUTH: exit %d %q %q", code, stdout, stderr)
 	}
 	// A URL without a scheme does not echo its password back.
-	if _, stderr, code := run(t, "serve", "--redis", "svc:s3cret-pw@"+addr); code != 2 || strings.Contains(stderr, "s3cret-pw") {
+	if _, stderr, code := run(t, "serve", "--listen", "127.0.0.1:0", "--redis", "svc:s3cret-pw@"+addr); code != 2 || strings.Contains(stderr, "s3cret-pw") {
 		t.Errorf("a URL without a scheme: exit %d, stderr %q", code, stderr)
 	}
-	if _, stderr, code := runEnv(t, []string{"RATELIMIT_REDIS_PASSWORD=x"}, "serve", "--redis", "redis://svc:y@"+addr); code != 2 || !strings.Contains(stderr, "give it once") {
+	if _, stderr, code := runEnv(t, []string{"RATELIMIT_REDIS_PASSWORD=x"}, "serve", "--listen", "127.0.0.1:0", "--redis", "redis://svc:y@"+addr); code != 2 || !strings.Contains(stderr, "give it once") {
 		t.Errorf("two passwords: exit %d, stderr %q", code, stderr)
 	}
 }
@@ -127,8 +127,10 @@ func TestServeRedisLogsNoSubjects(t *testing.T) {
 	srv := redistest.StartServer(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
+	// return-error hands the store's error (which quotes the bucket key)
+	// to the service, which logs it.
 	p := serve(t, nil, "--redis", "redis://"+srv.Addr(), "--timeout", "300ms", "--upstream", up.URL,
-		"--admin-listen", "127.0.0.1:0", "--key", "header:X-API-Key")
+		"--admin-listen", "127.0.0.1:0", "--key", "header:X-API-Key", "--outage", "return-error")
 	secret := "sk_live_" + strings.Repeat("7", 32)
 	srv.Kill()
 	for range 3 {
@@ -139,6 +141,7 @@ func TestServeRedisLogsNoSubjects(t *testing.T) {
 		}
 	}
 	p.waitLog(t, "redis unreachable")
+	p.waitLog(t, "check failed")
 	p.stop(t)
 	if strings.Contains(p.Log(), secret) || strings.Contains(p.Log(), "7777777777") {
 		t.Errorf("the log shows the API key:\n%s", p.Log())
@@ -284,12 +287,14 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 		{[]string{"serve", "--log-format", "xml"}, `--log-format "xml"`},
 		{[]string{"serve", "--log-level", "loud"}, `--log-level "loud"`},
 	} {
-		_, stderr, code := run(t, tt.args...)
+		// --listen 127.0.0.1:0: a flag wrongly accepted must not hold a
+		// fixed port while the test waits.
+		_, stderr, code := run(t, append(tt.args, "--listen", "127.0.0.1:0")...)
 		if code != 2 || !strings.Contains(stderr, tt.msg) {
 			t.Errorf("%q: exit %d, stderr %q; want 2 with %q", tt.args, code, stderr, tt.msg)
 		}
 	}
-	if _, stderr, code := runEnv(t, []string{"RATELIMIT_TIMEOUT=soon"}, "serve"); code != 2 || !strings.Contains(stderr, "RATELIMIT_TIMEOUT: invalid value for --timeout") {
+	if _, stderr, code := runEnv(t, []string{"RATELIMIT_TIMEOUT=soon"}, "serve", "--listen", "127.0.0.1:0"); code != 2 || !strings.Contains(stderr, "RATELIMIT_TIMEOUT: invalid value for --timeout") {
 		t.Errorf("a bad value from the environment: exit %d %q", code, stderr)
 	}
 	if stdout, _, code := run(t, "--version"); code != 0 || !strings.HasPrefix(stdout, "ratelimit ") || !strings.Contains(stdout, " go1.") {
