@@ -114,10 +114,13 @@ func warnExposure(log *slog.Logger, api net.Addr, token string, trusted []netip.
 }
 
 // limitListener accepts at most n connections at a time: Accept waits
-// while n are open.
+// while n are open (the kernel's backlog holds the others), and returns
+// net.ErrClosed once Close is called.
 type limitListener struct {
 	net.Listener
-	sem chan struct{}
+	sem       chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 // limitConns returns ln limited to n simultaneous connections, or ln
@@ -126,17 +129,26 @@ func limitConns(ln net.Listener, n int) net.Listener {
 	if n <= 0 {
 		return ln
 	}
-	return &limitListener{Listener: ln, sem: make(chan struct{}, n)}
+	return &limitListener{Listener: ln, sem: make(chan struct{}, n), done: make(chan struct{})}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
-	l.sem <- struct{}{}
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
 	c, err := l.Listener.Accept()
 	if err != nil {
 		<-l.sem
 		return nil, err
 	}
 	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
 }
 
 type limitConn struct {
