@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/exactlimit/ratelimit"
 )
@@ -77,5 +78,37 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	}
 	if got := envName("redis-password-file"); got != "RATELIMIT_REDIS_PASSWORD_FILE" {
 		t.Errorf("envName = %q", got)
+	}
+}
+
+func TestLimitListenerClosesWhileFull(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := limitConns(ln, 1)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	first, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := l.Accept()
+		errc <- err
+	}()
+	l.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("Accept after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Accept still blocked 5 s after Close with every slot taken")
 	}
 }
