@@ -1,6 +1,7 @@
 // Package server is the HTTP decision service of the ratelimit command: the
-// JSON API (POST /v1/acquire, /v1/peek, /v1/reset), /healthz, /metrics, and a
-// rate-limiting reverse proxy built on package httplimit.
+// JSON API (POST /v1/acquire, /v1/peek, /v1/reset, GET /v1/config), /healthz
+// (liveness), /readyz (readiness), /metrics, and a rate-limiting reverse
+// proxy built on package httplimit.
 //
 // Policies are a set of namespaces, each with its limit (package config),
 // swapped atomically by SetPolicies: a check decided during a reload uses
