@@ -406,9 +406,10 @@ func TestServeReadyz(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	closed.waitLog(t, "redis unreachable")
 	waitCode(closed, "/readyz", 503)
+	closed.waitLog(t, "redis unreachable")
 	waitCode(closed, "/healthz", 200)
+	post(t, open.addr, "/v1/acquire", `{"subject":"r"}`)
 	open.waitLog(t, "redis unreachable")
 	waitCode(open, "/readyz", 200)
 	closed.stop(t)
