@@ -406,6 +406,10 @@ func TestServeReadyz(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	// Not ready before any check found the outage: /readyz asks Redis.
+	if r := get(t, "http://"+closed.addr+"/readyz"); r.code != 503 {
+		t.Errorf("Redis down, no check yet: /readyz %d %s", r.code, r.raw)
+	}
 	waitCode(closed, "/readyz", 503)
 	closed.waitLog(t, "redis unreachable")
 	waitCode(closed, "/healthz", 200)

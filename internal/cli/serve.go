@@ -145,9 +145,13 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if st.fb != nil {
 		degraded = st.degraded
 	}
+	var ping func(context.Context) error
+	if st.redis != nil {
+		ping = func(ctx context.Context) error { return st.redis.Ping(ctx).Err() }
+	}
 	svc, err := server.New(server.Options{
 		Store: st.store, StoreName: st.name, Policies: policies, Token: token, Timeout: f.timeout,
-		Outage: outage, Degraded: degraded, Metrics: metrics, Logger: log, Version: Version(),
+		Outage: outage, Degraded: degraded, Ping: ping, Metrics: metrics, Logger: log, Version: Version(),
 	})
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -188,13 +189,25 @@ func (s *Service) unauthorized(w http.ResponseWriter, r *http.Request, path stri
 func (s *Service) Drain() { s.draining.Store(true) }
 
 // Ready reports whether the service should receive traffic, and why not:
-// not while draining, and not while its store is unreachable unless the
-// outage behaviour deliberately serves (fail-open, local-fallback).
-func (s *Service) Ready() (bool, string) {
-	switch {
-	case s.draining.Load():
+// not while draining, and not while its store is unreachable (Options.Ping
+// fails, or without Ping, Degraded says so) unless the outage behaviour
+// deliberately serves (fail-open, local-fallback).
+func (s *Service) Ready(ctx context.Context) (bool, string) {
+	if s.draining.Load() {
 		return false, "shutting down"
-	case s.degraded() && s.outage != ratelimit.FailOpen && s.outage != ratelimit.LocalFallback:
+	}
+	if s.outage == ratelimit.FailOpen || s.outage == ratelimit.LocalFallback {
+		return true, ""
+	}
+	if s.ping != nil {
+		ctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		if err := s.ping(ctx); err != nil {
+			return false, "store unreachable (" + RedactKeys(err.Error()) + "); outage behaviour " + s.outage.String() + " refuses checks"
+		}
+		return true, ""
+	}
+	if s.degraded() {
 		return false, "store unreachable; outage behaviour " + s.outage.String() + " refuses checks"
 	}
 	return true, ""
@@ -207,7 +220,7 @@ func (s *Service) readyz(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "/readyz", http.StatusMethodNotAllowed, "/readyz wants GET")
 		return
 	}
-	if ok, why := s.Ready(); !ok {
+	if ok, why := s.Ready(r.Context()); !ok {
 		s.reply(w, "/readyz", http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": why})
 		return
 	}

@@ -190,6 +190,20 @@ func TestReadyz(t *testing.T) {
 			}
 		})
 	}
+	// With Ping, readiness asks the store, whether a check has found it
+	// down or not.
+	var pingErr error
+	s, _, _ := newService(t, Options{Outage: ratelimit.FailClosed, Degraded: func() bool { return false },
+		Ping: func(context.Context) error { mu.Lock(); defer mu.Unlock(); return pingErr }})
+	if res := call(t, s.Handler(), "GET", "/readyz", ""); res.code != 200 {
+		t.Errorf("ping answers: /readyz %d", res.code)
+	}
+	mu.Lock()
+	pingErr = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+	mu.Unlock()
+	if res := call(t, s.Handler(), "GET", "/readyz", ""); res.code != 503 || !strings.Contains(res.body, "connection refused") {
+		t.Errorf("ping fails: /readyz %d %s", res.code, res.body)
+	}
 }
 
 func TestConfigEndpointAndToken(t *testing.T) {
@@ -297,5 +311,3 @@ func TestProxyForwardsOnlyTheTrustedChain(t *testing.T) {
 		})
 	}
 }
-
-var _ = context.Background

@@ -71,6 +71,10 @@ type Options struct {
 	// Version is the build's version, for ratelimit_build_info and
 	// GET /v1/config.
 	Version string
+	// Ping, when set, asks the store's primary whether it answers, for
+	// /readyz: each readiness request pings it, bounded by Timeout. Nil
+	// leaves /readyz to Degraded.
+	Ping func(context.Context) error
 	// Clock, when set, is the time of every check and of the headers. By
 	// default checks use the store's clock (Redis's TIME) and headers
 	// time.Now. Tests set it.
@@ -89,6 +93,7 @@ type Service struct {
 	outage     ratelimit.Outage
 	degraded   func() bool
 	hasOutage  bool // the store has an outage behaviour (Options.Degraded set)
+	ping       func(context.Context) error
 	metrics    *Metrics
 	log        *slog.Logger
 	clock      func() time.Time
@@ -124,6 +129,7 @@ func New(o Options) (*Service, error) {
 	}
 	s.SetToken(o.Token)
 	s.hasOutage = o.Degraded != nil
+	s.ping = o.Ping
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
 	}
