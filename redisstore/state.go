@@ -10,18 +10,20 @@ import (
 )
 
 // EncodeState returns st in the script's stored format (see the header of
-// tokenbucket.lua): its Last, then per band its level and its limit in
-// lowest terms. Levels must be in the units of the limits in lowest terms,
-// as Step keeps them. It is the format of a key's value, for tools that read
-// or seed buckets.
+// tokenbucket.lua): its Last, then per band its level and its limit, as
+// they are. The script reads a level in units of 1/P of a token, P the
+// stored period, and writes limits in lowest terms, as Step counts levels:
+// give EncodeState limits in lowest terms (Limit.Lowest), as the script
+// stores them, for the script to read the bucket as Step would. It is the
+// format of a key's value, for tools that read or seed buckets.
 func EncodeState(st ratelimit.State) string {
 	b := appendUint56(make([]byte, 0, 7+len(st.Bands)*14), st.Last)
 	for _, band := range st.Bands {
-		lo := band.Limit.Lowest()
+		l := band.Limit
 		b = appendUint56(b, band.Level)
-		b = binary.AppendUvarint(b, uint64(lo.Capacity))
-		b = binary.AppendUvarint(b, uint64(lo.RefillTokens))
-		b = binary.AppendUvarint(b, uint64(lo.RefillPeriod.Microseconds()))
+		b = binary.AppendUvarint(b, uint64(l.Capacity))
+		b = binary.AppendUvarint(b, uint64(l.RefillTokens))
+		b = binary.AppendUvarint(b, uint64(l.RefillPeriod.Microseconds()))
 	}
 	return string(b)
 }

@@ -29,8 +29,7 @@ func FuzzDecodeState(f *testing.F) {
 			t.Fatalf("DecodeState(%q) = %+v, which encodes to %q", raw, st, got)
 		}
 		for _, b := range st.Bands {
-			lo := b.Limit.Lowest()
-			if b.Level < 0 || b.Level > lo.Capacity*lo.RefillPeriod.Microseconds() {
+			if b.Level < 0 || b.Level > b.Limit.Capacity*b.Limit.RefillPeriod.Microseconds() {
 				t.Fatalf("DecodeState(%q): band %+v holds more than its capacity", raw, b)
 			}
 		}
