@@ -1,6 +1,8 @@
 // Package server is the HTTP decision service of the ratelimit command: the
-// JSON API (POST /v1/acquire, /v1/peek, /v1/reset), /healthz, /metrics, and a
-// rate-limiting reverse proxy built on package httplimit.
+// JSON API (POST /v1/acquire, /v1/peek, /v1/reset, GET /v1/config), /healthz
+// (liveness), /readyz (readiness), /metrics, an operator page (GET /, reading
+// GET /v1/stats; see Stats), and a rate-limiting reverse proxy built on
+// package httplimit.
 //
 // Policies are a set of namespaces, each with its limit (package config),
 // swapped atomically by SetPolicies: a check decided during a reload uses
@@ -10,6 +12,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -23,6 +26,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/httplimit"
@@ -46,6 +50,13 @@ type Options struct {
 	// StoreName describes the store in /healthz and the log, e.g. "memory"
 	// or "redis 127.0.0.1:6379". It must not hold a password.
 	StoreName string
+	// StoreKind is StoreEmbedded, StoreRedis or StoreCluster, for the
+	// operator page ("" when unknown).
+	StoreKind string
+	// Masters lists a Cluster's masters (host:port), for the operator
+	// page, which shows the state of each. It is called with a short
+	// deadline on each /v1/stats request; nil means none.
+	Masters func(ctx context.Context) ([]string, error)
 	// Policies are the namespaces to start with (default config.Default()).
 	Policies config.Policies
 	// Token, when set, is the bearer token /v1/ requires.
@@ -56,14 +67,27 @@ type Options struct {
 	// /healthz and /metrics.
 	Outage ratelimit.Outage
 	// Degraded reports whether the Store is serving without its primary
-	// (package fallback's !IsAlive), for /healthz and the
-	// ratelimit_fallback_active gauge. Nil means never.
+	// (package fallback's !IsAlive), for /healthz, /readyz and the
+	// ratelimit_fallback_active gauge. Nil means never, and that the store
+	// has no outage behaviour: Outage is then not reported.
 	Degraded func() bool
 	// Metrics receives the service's metrics (default: a new Metrics).
 	// Its Observer is attached to the Limiter of every namespace.
 	Metrics *Metrics
+	// Stats receives the figures of the operator page (default: a new
+	// Stats with no store kind and no most-denied subjects). Like Metrics,
+	// it is attached to the Limiter of every namespace; it records the
+	// reloads too.
+	Stats *Stats
 	// Logger receives errors and reloads (default: discard).
 	Logger *slog.Logger
+	// Version is the build's version, for ratelimit_build_info and
+	// GET /v1/config.
+	Version string
+	// Ping, when set, asks the store's primary whether it answers, for
+	// /readyz: each readiness request pings it, bounded by Timeout. Nil
+	// leaves /readyz to Degraded.
+	Ping func(context.Context) error
 	// Clock, when set, is the time of every check and of the headers. By
 	// default checks use the store's clock (Redis's TIME) and headers
 	// time.Now. Tests set it.
@@ -74,11 +98,19 @@ type Options struct {
 type Service struct {
 	store      ratelimit.Store
 	name       string
-	token      []byte
+	kind       string
+	masters    func(ctx context.Context) ([]string, error)
+	token      atomic.Pointer[[]byte]
+	draining   atomic.Bool
+	authLog    rateLimitedLog
+	version    string
 	timeout    time.Duration
 	outage     ratelimit.Outage
 	degraded   func() bool
+	hasOutage  bool // the store has an outage behaviour (Options.Degraded set)
+	ping       func(context.Context) error
 	metrics    *Metrics
+	stats      *Stats
 	log        *slog.Logger
 	clock      func() time.Time
 	now        func() time.Time
@@ -102,15 +134,21 @@ func New(o Options) (*Service, error) {
 	s := &Service{
 		store:    o.Store,
 		name:     o.StoreName,
-		token:    []byte(o.Token),
+		kind:     o.StoreKind,
+		masters:  o.Masters,
+		version:  o.Version,
 		timeout:  o.Timeout,
 		outage:   o.Outage,
 		degraded: o.Degraded,
 		metrics:  o.Metrics,
+		stats:    o.Stats,
 		log:      o.Logger,
 		clock:    o.Clock,
 		now:      o.Clock,
 	}
+	s.SetToken(o.Token)
+	s.hasOutage = o.Degraded != nil
+	s.ping = o.Ping
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
 	}
@@ -119,6 +157,9 @@ func New(o Options) (*Service, error) {
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
+	}
+	if s.stats == nil {
+		s.stats = NewStats(StatsOptions{Clock: o.Clock})
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -156,8 +197,9 @@ func (s *Service) SetPolicies(p config.Policies) error {
 		}
 	}
 	set := &policySet{limits: make(config.Policies, len(p)), limiters: make(map[string]*ratelimit.Limiter[string], len(p))}
+	observer := ratelimit.Observers(s.metrics.observer, s.stats)
 	for ns, l := range p {
-		opts := []ratelimit.Option{ratelimit.WithNamespace(ns), ratelimit.WithObserver(s.metrics.observer)}
+		opts := []ratelimit.Option{ratelimit.WithNamespace(ns), ratelimit.WithObserver(observer)}
 		if s.clock != nil {
 			opts = append(opts, ratelimit.WithClock(s.clock))
 		}
@@ -185,12 +227,15 @@ func (s *Service) Policies() config.Policies {
 // Reload loads the policies from the file at path and puts them in force.
 // On any error the policies in force stay, and the error says why; it is
 // also logged, with the file and the namespaces kept, and counted in
-// ratelimit_config_reloads_total{result="error"}.
+// ratelimit_config_reloads_total{result="error"}. The outcome is in
+// /v1/stats either way.
 func (s *Service) Reload(path string) error {
 	p, err := config.Load(path)
+	old := s.policies.Load().limits
 	if err == nil {
 		err = s.SetPolicies(p)
 	}
+	s.stats.recordReload(path, err)
 	if err != nil {
 		s.metrics.reloads.WithLabelValues("error").Inc()
 		s.log.Error("config reload refused; keeping the previous policies",
@@ -198,7 +243,11 @@ func (s *Service) Reload(path string) error {
 		return err
 	}
 	s.metrics.reloads.WithLabelValues("ok").Inc()
-	s.log.Info("config reloaded", "file", path, "policies", p.String())
+	attrs := []any{"file", path, "policies", p.String()}
+	if removed := removedNames(old, p); len(removed) > 0 {
+		attrs = append(attrs, "removed", strings.Join(removed, ","))
+	}
+	s.log.Info("config reloaded", attrs...)
 	return nil
 }
 
@@ -253,23 +302,32 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 		err = lim.Reset(ctx, subject)
 	}
 	if err != nil && !errors.Is(err, ratelimit.ErrInvalidArgument) && !errors.Is(err, context.Canceled) {
-		s.errLog.log(s.log, "check failed", "op", string(o), "namespace", ns, "err", err)
+		s.errLog.log(s.log, "check failed", "op", string(o), "namespace", ns,
+			"subject", SubjectHash(subject), "err", redactErr(err, lim.Key(subject), ns, subject))
 	}
 	return d, lim, err
 }
 
 // Handler returns the service's HTTP API: POST /v1/acquire, /v1/peek and
-// /v1/reset, GET /healthz and GET /metrics. Every other path is 404.
+// /v1/reset (with Content-Type application/json, else 415), GET /v1/config,
+// GET /v1/stats, /healthz (liveness), /readyz (readiness) and /metrics, and
+// the operator page, GET / with its /page.css and /page.js. /v1/ needs the
+// token when there is one; the page holds no figure and is served to anyone,
+// and its script asks for the token when /v1/stats wants it. Every other
+// path is 404. A body must be valid UTF-8 with each field spelled exactly
+// once, in lower case; a subject is at most MaxSubjectBytes and is never
+// logged (SubjectHash stands for it).
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/acquire", s.api(opAcquire))
 	mux.Handle("/v1/peek", s.api(opPeek))
 	mux.Handle("/v1/reset", s.api(opReset))
+	mux.HandleFunc("/v1/stats", s.serveStats)
 	mux.HandleFunc("/healthz", s.healthz)
+	mux.HandleFunc("/readyz", s.readyz)
+	mux.HandleFunc("/v1/config", s.serveConfig)
 	mux.HandleFunc("/metrics", s.serveMetrics)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.fail(w, "/", http.StatusNotFound, fmt.Sprintf("no such endpoint %s; the API is POST /v1/acquire, /v1/peek, /v1/reset, GET /healthz, /metrics", r.URL.Path))
-	})
+	mux.HandleFunc("/", s.servePage)
 	return mux
 }
 
@@ -279,8 +337,9 @@ type APIRequest struct {
 	Namespace string `json:"namespace"`
 	// Subject is whose bucket to use: a user, an API key, an IP address.
 	Subject string `json:"subject"`
-	// Cost is the tokens acquire takes (default 1). Peek and reset ignore
-	// it.
+	// Cost is the tokens acquire takes (default 1). When set it must be
+	// 1 up to the namespace's capacity for every operation; peek and reset
+	// ignore its value.
 	Cost *int64 `json:"cost"`
 }
 
@@ -351,8 +410,12 @@ func (s *Service) api(o op) http.Handler {
 			return
 		}
 		if !s.authorized(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="ratelimit"`)
-			s.fail(w, path, http.StatusUnauthorized, "missing or wrong bearer token")
+			s.unauthorized(w, r, path)
+			return
+		}
+		if !isJSON(r) {
+			w.Header().Set("Accept", "application/json")
+			s.fail(w, path, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
 			return
 		}
 		req, code, msg := s.decode(w, r)
@@ -377,7 +440,7 @@ func (s *Service) api(o op) http.Handler {
 			case cost < 1:
 				s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("cost must be at least 1 (got %d)", cost))
 				return
-			case cost > limit.Capacity && o == opAcquire:
+			case cost > limit.Capacity:
 				s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("cost %d exceeds the capacity %d of namespace %q: it could never be allowed", cost, limit.Capacity, ns))
 				return
 			}
@@ -427,7 +490,11 @@ func (s *Service) api(o op) http.Handler {
 // decode reads an APIRequest, or returns the status and message of why it
 // cannot.
 func (s *Service) decode(w http.ResponseWriter, r *http.Request) (req APIRequest, code int, msg string) {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	data, code, msg := readBody(w, r)
+	if code != 0 {
+		return req, code, msg
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(&req)
 	if err == nil {
@@ -467,6 +534,10 @@ func (s *Service) decode(w http.ResponseWriter, r *http.Request) (req APIRequest
 		return req, http.StatusBadRequest, `subject is required, e.g. {"subject": "alice"}`
 	case len(req.Subject) > MaxSubjectBytes:
 		return req, http.StatusBadRequest, fmt.Sprintf("subject is longer than %d bytes", MaxSubjectBytes)
+	case strings.ContainsRune(req.Subject, utf8.RuneError):
+		// Lone surrogate escapes ("\ud800") decode to U+FFFD as invalid
+		// bytes do: refused, so that no two subjects share a bucket.
+		return req, http.StatusBadRequest, "subject holds U+FFFD or a lone surrogate escape; send valid UTF-8"
 	}
 	return req, 0, ""
 }
@@ -482,7 +553,8 @@ func jsonKind(k string) string {
 }
 
 func (s *Service) authorized(r *http.Request) bool {
-	if len(s.token) == 0 {
+	token := *s.token.Load()
+	if len(token) == 0 {
 		return true
 	}
 	h := r.Header.Get("Authorization")
@@ -490,7 +562,7 @@ func (s *Service) authorized(r *http.Request) bool {
 	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
 		return false
 	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len(prefix):])), s.token) == 1
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len(prefix):])), token) == 1
 }
 
 func (s *Service) healthz(w http.ResponseWriter, r *http.Request) {
