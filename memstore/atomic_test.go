@@ -74,11 +74,11 @@ func TestApplyAllIsAllOrNothing(t *testing.T) {
 			after: map[string]int64{"1:x:k0": 10, "1:x:k5": 10, "1:x:k9": 0},
 		},
 		{
-			name:  "an empty peek does not stop the others",
+			name:  "an empty peek stops the others too: each item needs its bucket's standing",
 			spent: map[string]int64{"2:ns:p": 10},
 			items: []ratelimit.BatchItem{item("2:ns:a", 1, ten), peekItem("2:ns:p", ten)},
-			want:  []want{{true, 9}, {false, 0}},
-			after: map[string]int64{"2:ns:a": 9, "2:ns:p": 0},
+			want:  []want{{true, 10}, {false, 0}},
+			after: map[string]int64{"2:ns:a": 10, "2:ns:p": 0},
 		},
 		{
 			name:  "a peek takes nothing when the others are taken",
@@ -158,8 +158,10 @@ func TestApplyAllRefusesBadBatchesWholly(t *testing.T) {
 			[]ratelimit.BatchItem{item("2:ns:a", 1, ten), item("2:ns:b", 1)}, ratelimit.ErrInvalidArgument},
 		{"two items share a key", context.Background(),
 			[]ratelimit.BatchItem{item("2:ns:a", 1, ten), item("2:ns:b", 1, ten), item("2:ns:a", 1, ten)}, ratelimit.ErrInvalidArgument},
+		{"the items' times differ", context.Background(),
+			[]ratelimit.BatchItem{item("2:ns:a", 1, ten), {Key: "2:ns:b", Request: ratelimit.Request{Limits: []ratelimit.Limit{ten}, Cost: 1, Now: storetest.Start}}}, ratelimit.ErrInvalidArgument},
 		{"an item's time is before the epoch", context.Background(),
-			[]ratelimit.BatchItem{item("2:ns:a", 1, ten), {Key: "2:ns:b", Request: ratelimit.Request{Limits: []ratelimit.Limit{ten}, Cost: 1, Now: time.Unix(-1, 0)}}}, ratelimit.ErrInvalidArgument},
+			[]ratelimit.BatchItem{{Key: "2:ns:b", Request: ratelimit.Request{Limits: []ratelimit.Limit{ten}, Cost: 1, Now: time.Unix(-1, 0)}}}, ratelimit.ErrInvalidArgument},
 		{"the context is cancelled", cancelled,
 			[]ratelimit.BatchItem{item("2:ns:a", 1, ten)}, context.Canceled},
 	} {
@@ -179,11 +181,8 @@ func TestApplyAllRefusesBadBatchesWholly(t *testing.T) {
 	}
 }
 
-// TestApplyAllEqualsStep holds ApplyAll equal to a model made of Step alone
-// on random batches: each item is stepped on a copy of its bucket; when every
-// item that is not a peek is allowed, the copies are kept; otherwise each
-// admitted item is stepped again as a peek on its untouched bucket, and that
-// is kept.
+// TestApplyAllEqualsStep holds ApplyAll equal to ratelimit.StepAll, the pure
+// all-or-nothing step, on random batches over buckets kept by a model.
 func TestApplyAllEqualsStep(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	clock := storetest.NewClock(storetest.Start)
@@ -191,9 +190,6 @@ func TestApplyAllEqualsStep(t *testing.T) {
 	ctx := context.Background()
 	keys := randomKeys()
 	model := map[string]ratelimit.State{}
-	copyState := func(st ratelimit.State) *ratelimit.State {
-		return &ratelimit.State{Last: st.Last, Bands: append([]ratelimit.Band(nil), st.Bands...)}
-	}
 	allowedBatches := 0
 	for round := range 3000 {
 		clock.Add(time.Duration(rng.IntN(300_000)) * time.Microsecond)
@@ -201,48 +197,24 @@ func TestApplyAllEqualsStep(t *testing.T) {
 		n := 1 + rng.IntN(6)
 		perm := rng.Perm(len(keys))[:n]
 		items := make([]ratelimit.BatchItem, n)
+		rs := make([]ratelimit.Request, n)
+		sts := make([]*ratelimit.State, n)
 		for i, k := range perm {
 			limits := randomPolicies[rng.IntN(len(randomPolicies))]
 			minCap := limits[0].Capacity
 			for _, l := range limits {
 				minCap = min(minCap, l.Capacity)
 			}
-			items[i] = ratelimit.BatchItem{Key: keys[k], Request: ratelimit.Request{Limits: limits, Cost: 1 + rng.Int64N(minCap), Peek: rng.IntN(6) == 0}}
+			rs[i] = ratelimit.Request{Limits: limits, Cost: 1 + rng.Int64N(minCap), Peek: rng.IntN(8) == 0}
+			items[i] = ratelimit.BatchItem{Key: keys[k], Request: rs[i]}
+			st := model[keys[k]]
+			sts[i] = &ratelimit.State{Last: st.Last, Bands: append([]ratelimit.Band(nil), st.Bands...)}
 		}
 		want := make([]ratelimit.Decision, n)
-		next := make([]*ratelimit.State, n)
-		all := true
-		for i, it := range items {
-			st := copyState(model[it.Key])
-			d, _, write := st.Step(it.Request, us)
-			want[i] = d
-			if write {
-				next[i] = st
-			}
-			if !it.Request.Peek && !d.Allowed {
-				all = false
-			}
-		}
-		if all {
+		if ratelimit.StepAll(sts, rs, us, want, make([]time.Duration, n)) {
 			allowedBatches++
-		} else {
 			for i, it := range items {
-				if it.Request.Peek || !want[i].Allowed {
-					continue
-				}
-				st := copyState(model[it.Key])
-				r := it.Request
-				r.Peek = true
-				d, _, write := st.Step(r, us)
-				want[i], next[i] = d, nil
-				if write {
-					next[i] = st
-				}
-			}
-		}
-		for i, it := range items {
-			if next[i] != nil {
-				model[it.Key] = *next[i]
+				model[it.Key] = *sts[i]
 			}
 		}
 		if err := s.ApplyAll(ctx, items); err != nil {
@@ -250,7 +222,7 @@ func TestApplyAllEqualsStep(t *testing.T) {
 		}
 		for i, it := range items {
 			if it.Decision != want[i] {
-				t.Fatalf("round %d, item %d (%q, %v, cost %d, peek %v) = %+v, the model says %+v",
+				t.Fatalf("round %d, item %d (%q, %v, cost %d, peek %v) = %+v, StepAll says %+v",
 					round, i, it.Key, it.Request.Limits, it.Request.Cost, it.Request.Peek, it.Decision, want[i])
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"sync"
 	"time"
 
 	"github.com/exactlimit/ratelimit"
@@ -26,18 +27,21 @@ func (s *Store) ApplyBatch(ctx context.Context, items []ratelimit.BatchItem) {
 var _ ratelimit.AtomicStore = (*Store)(nil)
 
 // ApplyAll decides items together, all or nothing (see
-// ratelimit.AtomicStore): it locks the shards of every item's bucket, each
-// once and in a fixed order, decides each item with Step on a copy of its
-// bucket, and takes the costs only when every item that is not a peek is
-// allowed. Otherwise it takes nothing: an item its bucket alone would have
-// admitted reports the untouched balance, as a peek would, and the others
-// their denial. Every Decision is Step's, and each bucket is left as Step
-// leaves it after that decision (refilled, and taken from only when all are
-// allowed).
+// ratelimit.AtomicStore), with ratelimit.StepAll: it locks the shards of
+// every item's bucket, each once and in a fixed order, and takes the costs
+// only when every item is allowed (a peek too, which takes nothing: it
+// needs a token). Otherwise it changes nothing, and each Decision is the one
+// Step would give with nothing taken: an item its bucket alone admits
+// reports the untouched balance. The items are decided at one time, as the
+// Redis script decides them, so their Request.Now must be equal (the zero
+// Time: the store's clock).
 //
-// The error, when ctx is cancelled or an item is invalid or two items share
-// a key, means nothing was decided; an invalid item's error wraps
-// ratelimit.ErrInvalidArgument. Item Errs are not used.
+// The error means nothing was decided and nothing taken: the context's
+// error when ctx is cancelled, and otherwise one wrapping
+// ratelimit.ErrInvalidArgument (an invalid item, two items with one key, or
+// items at different times). Item Errs are not used.
+//
+// The store keeps none of the items' keys or limits once ApplyAll returns.
 func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -45,88 +49,72 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 	if len(items) == 0 {
 		return nil
 	}
-	var buf [4]check
-	cs := buf[:0]
-	if len(items) > len(buf) {
-		cs = make([]check, 0, len(items))
-	}
-	clock := s.now()
-	var shards uint64 // a bit per shard involved
 	for i := range items {
-		it := &items[i]
-		r := it.Request
+		r := &items[i].Request
 		if err := r.Validate(); err != nil {
 			return fmt.Errorf("memstore: item %d: %w", i, err)
 		}
-		us := clock
-		if !r.Now.IsZero() {
-			us = r.Now.UnixMicro()
-		} else if _, err := ratelimit.Micros(time.UnixMicro(us)); err != nil {
-			return fmt.Errorf("memstore: item %d: the store's clock: %w", i, err)
+		if !r.Now.Equal(items[0].Request.Now) {
+			return fmt.Errorf("%w: item %d: every item must be decided at the same time", ratelimit.ErrInvalidArgument, i)
 		}
-		c := check{us: us, p: s.policyFor(r.Limits)}
-		c.prefix, c.subject = split(it.Key)
-		c.shard = s.shardIndex(c.prefix, c.subject)
-		shards |= 1 << c.shard
-		cs = append(cs, c)
 	}
 	if i, j, dup := duplicate(items); dup {
-		return fmt.Errorf("%w: items %d and %d have the same key %q", ratelimit.ErrInvalidArgument, i, j, items[i].Key)
+		return fmt.Errorf("%w: items %d and %d have the same key", ratelimit.ErrInvalidArgument, i, j)
+	}
+	clock := s.now()
+	us := clock
+	if now := items[0].Request.Now; !now.IsZero() {
+		us = now.UnixMicro()
+	} else if _, err := ratelimit.Micros(time.UnixMicro(us)); err != nil {
+		return fmt.Errorf("memstore: the store's clock: %w", err)
 	}
 
+	w := scratchPool.Get().(*scratch)
+	w.reset(len(items))
+	defer func() {
+		w.reset(0) // keep no key or limits of the caller's
+		scratchPool.Put(w)
+	}()
+	var shards uint64 // a bit per shard involved
+	for i := range items {
+		c := &w.checks[i]
+		c.p = s.policyFor(items[i].Request.Limits)
+		c.prefix, c.subject = split(items[i].Key)
+		c.shard = s.shardIndex(c.prefix, c.subject)
+		shards |= 1 << c.shard
+		w.rs[i] = items[i].Request
+	}
 	swept := false
 	for m := shards; m != 0; m &= m - 1 {
 		sh := &s.shards[bits.TrailingZeros64(m)]
 		sh.mu.Lock()
 		swept = s.sweep(sh, clock) || swept
 	}
-	all := true
-	for i := range cs {
-		c := &cs[i]
-		r := items[i].Request
+	for i := range items {
+		c := &w.checks[i]
 		sh := &s.shards[c.shard]
-		st, e := sh.load(sh.spaces[c.prefix], c.subject, &c.bands)
-		c.e, c.was, c.wasLast, c.wasN = e, c.bands, st.Last, len(st.Bands)
-		c.d, c.ttl, c.write = st.Step(r, c.us)
-		c.last, c.n = st.Last, len(st.Bands)
-		if !r.Peek && !c.d.Allowed {
-			all = false
-		}
+		w.states[i], c.e = sh.load(sh.spaces[c.prefix], c.subject, &w.bands[i])
+		w.sts[i] = &w.states[i]
 	}
-	if !all {
-		// Take nothing: decide each admitted item again as a peek on its
-		// untouched bucket, which reports the balance without taking it.
-		for i := range cs {
-			c := &cs[i]
-			r := items[i].Request
-			if r.Peek || !c.d.Allowed {
-				continue
+	if ratelimit.StepAll(w.sts, w.rs, us, w.ds, w.ttls) {
+		// Update the buckets there are before adding any, which may move
+		// them.
+		for _, adding := range []bool{false, true} {
+			for i := range items {
+				c := &w.checks[i]
+				if w.rs[i].Peek || (c.e == nil) != adding {
+					continue
+				}
+				sh := &s.shards[c.shard]
+				s.store(sh, sh.spaces[c.prefix], c.prefix, c.subject, w.states[i], c.p, c.e, s.expiry(clock, w.ttls[i]))
 			}
-			c.bands = c.was
-			st := ratelimit.State{Last: c.wasLast, Bands: c.bands[:c.wasN]}
-			r.Peek = true
-			c.d, c.ttl, c.write = st.Step(r, c.us)
-			c.last, c.n = st.Last, len(st.Bands)
-		}
-	}
-	// Update the existing buckets before adding any, which may move them.
-	for _, adding := range []bool{false, true} {
-		for i := range cs {
-			c := &cs[i]
-			if !c.write || (c.e == nil) != adding {
-				continue
-			}
-			sh := &s.shards[c.shard]
-			sp := sh.spaces[c.prefix]
-			st := ratelimit.State{Last: c.last, Bands: c.bands[:c.n]}
-			s.store(sh, sp, c.prefix, c.subject, st, c.p, c.e, s.expiry(clock, c.ttl))
 		}
 	}
 	for m := shards; m != 0; m &= m - 1 {
 		s.shards[bits.TrailingZeros64(m)].mu.Unlock()
 	}
-	for i := range cs {
-		items[i].Decision, items[i].Err = cs[i].d, nil
+	for i := range items {
+		items[i].Decision, items[i].Err = w.ds[i], nil
 	}
 	if swept {
 		other := &s.shards[s.cursor.Add(1)%shardCount]
@@ -137,22 +125,47 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 	return nil
 }
 
+// scratch is the working memory of one ApplyAll, kept in a pool so that a
+// call allocates nothing.
+type scratch struct {
+	checks []check
+	bands  [][ratelimit.MaxLimits]ratelimit.Band
+	states []ratelimit.State
+	sts    []*ratelimit.State
+	rs     []ratelimit.Request
+	ds     []ratelimit.Decision
+	ttls   []time.Duration
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// reset sizes w for n items, zeroing what a former call left.
+func (w *scratch) reset(n int) {
+	w.checks = resize(w.checks, n)
+	w.bands = resize(w.bands, n)
+	w.states = resize(w.states, n)
+	w.sts = resize(w.sts, n)
+	w.rs = resize(w.rs, n)
+	w.ds = resize(w.ds, n)
+	w.ttls = resize(w.ttls, n)
+}
+
+// resize returns s with n zero elements, reusing its array when it is large
+// enough, and zeroes the elements it drops.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	clear(s)
+	return s[:n]
+}
+
 // check is one item of ApplyAll on its way.
 type check struct {
 	prefix, subject string
 	shard           int
 	p               *policy
-	us              int64
 	e               *entry // the bucket, nil when there is none
-	last            int64  // the State's Last, its Bands being bands[:n]
-	n               int
-	bands           [ratelimit.MaxLimits]ratelimit.Band
-	was             [ratelimit.MaxLimits]ratelimit.Band // bands before Step
-	wasLast         int64                               // st.Last before Step
-	wasN            int                                 // len(st.Bands) before Step
-	d               ratelimit.Decision
-	ttl             time.Duration
-	write           bool
 }
 
 // duplicate reports the first two items that share a key.

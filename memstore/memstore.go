@@ -81,7 +81,9 @@ type policy struct {
 	key    policyKey
 	limits []ratelimit.Limit // key.l[:key.n]
 	minCap int64
-	shards int // shards that refer to it; guarded by Store.polMu
+	one    bool   // a policy of one limit
+	low    lowest // its first limit in lowest terms
+	shards int    // shards that refer to it; guarded by Store.polMu
 }
 
 // shard is the part of the store behind one mutex.
@@ -233,7 +235,7 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 	if !r.Now.IsZero() {
 		us = r.Now.UnixMicro()
 	}
-	if us < 0 || us > ratelimit.MaxExact {
+	if us < 0 || us > ratelimit.MaxTime {
 		if err := r.Validate(); err != nil {
 			return ratelimit.Decision{}, err
 		}
@@ -269,16 +271,15 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 	} else {
 		e = sp.find(subject)
 	}
-	if len(r.Limits) == 1 && (e == nil || len(sh.pols[e.pol].p.limits) == 1) {
-		// One limit on a bucket of one limit: Step on scalars.
-		var b ratelimit.Limit
+	if len(r.Limits) == 1 && (e == nil || sh.pols[e.pol].p.one && sh.pols[e.pol].p.low == p.low) {
+		// One limit on a bucket of its own rate: Step on scalars.
 		var last, level int64
 		if e != nil {
-			b, last, level = sh.pols[e.pol].p.limits[0], e.last, e.level
+			last, level = e.last, e.level
 		}
 		var ttl time.Duration
 		var write bool
-		d, ttl, write, last, level = stepOne(&r, us, e != nil, b, last, level)
+		d, ttl, write, last, level = stepOne(p.low, r.Limits[0], r.Cost, r.Peek, us, e != nil, last, level)
 		switch {
 		case !write:
 		case e != nil && sh.pols[e.pol].p == p:
@@ -503,6 +504,7 @@ func (s *Store) policyFor(limits []ratelimit.Limit) *policy {
 	for _, l := range p.limits {
 		p.minCap = min(p.minCap, l.Capacity)
 	}
+	p.one, p.low = len(p.limits) == 1, lowestOf(p.limits[0])
 	s.policies[k] = p
 	s.polPeak = max(s.polPeak, len(s.policies))
 	if len(s.policies) > s.pruneAt {

@@ -1,72 +1,79 @@
 package memstore
 
 import (
+	"math"
 	"math/bits"
 	"time"
 
 	"github.com/exactlimit/ratelimit"
 )
 
+// lowest is a limit in lowest terms, the form Step counts in: a bucket of c
+// tokens refilled r tokens every p µs, r and p with no common divisor, its
+// level in units of 1/p of a token (see Limit.Lowest).
+type lowest struct{ c, r, p int64 }
+
+func lowestOf(l ratelimit.Limit) lowest {
+	k := l.Lowest()
+	return lowest{k.Capacity, k.RefillTokens, int64(k.RefillPeriod / time.Microsecond)}
+}
+
 // stepOne is ratelimit's Step for the common case, on scalars: a request of
-// one limit l on a bucket that is missing (found false) or was written by a
-// policy of one limit, b, with Last last and level level. It returns what
-// Step returns and the bucket's new Last and level, the same for every input
-// (TestStepOneEqualsStep holds them equal), without the slices Step works
-// on. Step's rules, for one limit and one band:
+// the one limit l, k in lowest terms, on a bucket that is missing (found
+// false) or was written by a limit of the same rate and capacity (the same
+// k), with Last last and level level. It returns what Step returns and the
+// bucket's new Last and level, the same for every such input
+// (TestStepOneEqualsStep holds them equal), without the slices Step works on
+// and with k worked out once per policy rather than on every check. Step's
+// rules, for one limit and its own band:
 //
-//   - a bucket full by now under b is missing, and a missing bucket is full;
 //   - a clock behind last decides at last and adds the difference (back) to
-//     RetryAfter, ResetAfter and ttl;
-//   - a band of l itself refills by the time elapsed; a band of another limit
-//     hands its whole tokens over to l, capped at l's capacity, with no
-//     refill for the time before the change;
+//     RetryAfter and, when not zero, ResetAfter;
+//   - the band refills by the time elapsed, capped at the capacity;
+//   - a bucket then full is the same as a missing one, decided at now, and a
+//     missing bucket is full;
 //   - the request is allowed when the band holds cost tokens (one for a
-//     peek), and then, unless peeking, cost is taken.
-func stepOne(r *ratelimit.Request, now int64, found bool, b ratelimit.Limit, last, level int64) (d ratelimit.Decision, ttl time.Duration, write bool, newLast, newLevel int64) {
-	l := r.Limits[0]
-	p := micros(l.RefillPeriod)
-	full := l.Capacity * p
-	cost := r.Cost
-	if r.Peek {
+//     peek), and then, unless peeking, cost is taken; only then is there
+//     anything to write.
+func stepOne(k lowest, l ratelimit.Limit, cost int64, peek bool, now int64, found bool, last, level int64) (d ratelimit.Decision, ttl time.Duration, write bool, newLast, newLevel int64) {
+	full := k.c * k.p
+	if peek {
 		cost = 1
 	}
 	t0, back := now, int64(0)
-	exists := found
-	if exists {
-		bp := micros(b.RefillPeriod)
-		switch missing := b.Capacity*bp - level; {
-		case last > now:
+	if found {
+		if last > now {
 			t0, back = last, last-now
-			level = carry(l, b, p, bp, level, 0)
-		case refills(now-last, b.RefillTokens, missing):
-			exists = false // full by now: the same as missing
-		default:
-			level = carry(l, b, p, bp, level, now-last)
+		}
+		if missing := full - level; refills(t0-last, k.r, missing) {
+			found, t0, back = false, now, 0 // full: the same as missing
+		} else {
+			level += (t0 - last) * k.r // below full, so no overflow
 		}
 	}
-	if !exists {
+	if !found {
 		level = full
 	}
 
-	need := cost * p
+	need := cost * k.p
 	var retry int64
 	d.Allowed = level >= need
 	if d.Allowed {
-		if !r.Peek {
+		if !peek {
 			level -= need
 		}
 	} else {
-		retry = ceilDiv(need-level, l.RefillTokens) + back
+		retry = ceilDiv(need-level, k.r) + back
 	}
-	d.Remaining = level / p
-	reset := ceilDiv(full-level, l.RefillTokens)
-	ttlMillis := max(1, ceilDiv(reset, 1000)+ceilDiv(back, 1000))
-	reset += back
-	d.RetryAfter = time.Duration(retry) * time.Microsecond
-	d.ResetAfter = time.Duration(reset) * time.Microsecond
+	d.Remaining = level / k.p
+	reset := ceilDiv(full-level, k.r)
+	if reset > 0 {
+		reset += back
+	}
+	d.RetryAfter = microsDuration(retry)
+	d.ResetAfter = microsDuration(reset)
 	d.Limit = l
-
-	return d, time.Duration(ttlMillis) * time.Millisecond, exists || !r.Peek, t0, level
+	return d, ratelimit.TTL(reset), d.Allowed && !peek, t0, level
 }
 
 // refills reports whether elapsed µs at tokens per µs refill missing:
@@ -80,23 +87,19 @@ func refills(elapsed, tokens, missing int64) bool {
 	return hi > 0 || lo >= uint64(missing)
 }
 
-// carry returns the level under l, of period p µs, of a band of limit b, of
-// period bp µs, that is not full after elapsed µs: refilled when b is l, else
-// its whole tokens, capped at l's capacity.
-func carry(l, b ratelimit.Limit, p, bp, level, elapsed int64) int64 {
-	if b == l {
-		return level + elapsed*l.RefillTokens // below the capacity: not full
-	}
-	return min(level/bp, l.Capacity) * p
-}
-
-// micros is a refill period in whole microseconds.
-func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
-
 // ceilDiv returns ⌈a/b⌉ for a >= 0 and b >= 1 (and 0 for a <= 0).
 func ceilDiv(a, b int64) int64 {
 	if a <= 0 {
 		return 0
 	}
-	return (a + b - 1) / b
+	return (a-1)/b + 1
+}
+
+// microsDuration converts µs to a Duration, saturating at the largest one,
+// as Step does.
+func microsDuration(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
 }

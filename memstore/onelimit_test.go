@@ -8,31 +8,50 @@ import (
 	"github.com/exactlimit/ratelimit"
 )
 
-// randomLimit returns a valid limit, from one microsecond to an hour and from
-// one token to the most the arithmetic allows.
+// randomLimit returns a valid limit: periods from a microsecond to 30 days,
+// rates that do and do not reduce, and capacities from one token to the most
+// the arithmetic allows.
 func randomLimit(rng *rand.Rand) ratelimit.Limit {
-	periods := []int64{1, 3, 1000, 999_983, 1_000_000, 60_000_000, 3_600_000_000}
-	p := periods[rng.IntN(len(periods))]
-	maxCap := int64(ratelimit.MaxExact) / p
-	caps := []int64{1, 2, 7, 1000, 1 + rng.Int64N(min(maxCap, 1e6)), maxCap}
-	c := min(caps[rng.IntN(len(caps))], maxCap)
-	tokens := []int64{1, 3, c, 1 + rng.Int64N(1e6), ratelimit.MaxExact}
-	return ratelimit.Limit{Capacity: c, RefillTokens: tokens[rng.IntN(len(tokens))], RefillPeriod: time.Duration(p) * time.Microsecond}
+	periods := []int64{1, 3, 1000, 999_983, 1_000_000, 60_000_000, 3_600_000_000, 86_400_000_000, 30 * 86_400_000_000}
+	for {
+		p := periods[rng.IntN(len(periods))]
+		tokens := []int64{1, 3, 10, 1000, 1 + rng.Int64N(1e6), p, 2 * p, ratelimit.MaxExact}
+		l := ratelimit.Limit{RefillTokens: tokens[rng.IntN(len(tokens))], RefillPeriod: time.Duration(p) * time.Microsecond}
+		low := l.Lowest()
+		maxCap := min(int64(ratelimit.MaxExact), int64(ratelimit.MaxExact)/int64(low.RefillPeriod/time.Microsecond))
+		caps := []int64{1, 2, 7, 1000, 1 + rng.Int64N(min(maxCap, 1e6)), maxCap}
+		l.Capacity = min(caps[rng.IntN(len(caps))], maxCap)
+		if l.Validate() == nil {
+			return l
+		}
+	}
+}
+
+// sameRate returns a limit of l's rate and capacity written differently
+// (10 per second as 1 per 100 ms), or l itself when there is none at hand.
+func sameRate(rng *rand.Rand, l ratelimit.Limit) ratelimit.Limit {
+	if rng.IntN(2) == 0 {
+		return l
+	}
+	low := l.Lowest()
+	if m := (ratelimit.Limit{Capacity: l.Capacity, RefillTokens: low.RefillTokens * 2, RefillPeriod: low.RefillPeriod * 2}); m.Validate() == nil {
+		return m
+	}
+	return low
 }
 
 // TestStepOneEqualsStep holds the one-limit step on scalars equal to Step on
-// random buckets, limits, policy changes, costs, peeks and clocks going back.
+// random buckets of the request's own rate (written by the same limit or by
+// one of the same rate in other terms), costs, peeks, clocks going back and
+// times at the edge of the bucket's refilling.
 func TestStepOneEqualsStep(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	base := int64(1_800_000_000_000_000)
 	for i := range 300_000 {
 		l := randomLimit(rng)
-		b := l
-		if rng.IntN(3) == 0 {
-			b = randomLimit(rng)
-		}
-		bp := int64(b.RefillPeriod / time.Microsecond)
-		full := b.Capacity * bp
+		b := sameRate(rng, l)
+		k := lowestOf(l)
+		full := k.c * k.p
 		var level int64
 		switch rng.IntN(4) {
 		case 0:
@@ -46,13 +65,15 @@ func TestStepOneEqualsStep(t *testing.T) {
 		}
 		now := base + rng.Int64N(1e9)
 		var elapsed int64
-		switch rng.IntN(6) {
+		switch rng.IntN(7) {
 		case 0: // at the edge of full again
-			elapsed = max(0, ceilDiv(full-level, b.RefillTokens)+rng.Int64N(3)-1)
+			elapsed = max(0, ceilDiv(full-level, k.r)+rng.Int64N(3)-1)
 		case 1: // products of 2^64 and more
 			elapsed = 4096 * (1 + rng.Int64N(1e6))
 		case 2: // the clock went back
 			elapsed = -rng.Int64N(1e7)
+		case 3: // far back: waits past the largest Duration
+			elapsed = -(1e14 + rng.Int64N(2e15))
 		default:
 			elapsed = rng.Int64N(1e10)
 		}
@@ -71,13 +92,13 @@ func TestStepOneEqualsStep(t *testing.T) {
 			st = ratelimit.State{Last: last, Bands: []ratelimit.Band{{Limit: b, Level: level}}}
 		}
 		wantD, wantTTL, wantWrite := st.Step(r, now)
-		d, ttl, write, gotLast, gotLevel := stepOne(&r, now, found, b, last, level)
+		d, ttl, write, gotLast, gotLevel := stepOne(k, l, r.Cost, r.Peek, now, found, last, level)
 		if d != wantD || ttl != wantTTL || write != wantWrite {
-			t.Fatalf("case %d: bucket %v (found %v, last %d, level %d), request %+v at %d:\nstepOne %+v %v %v\nStep    %+v %v %v",
+			t.Fatalf("case %d: bucket of %v (found %v, last %d, level %d), request %+v at %d:\nstepOne %+v %v %v\nStep    %+v %v %v",
 				i, b, found, last, level, r, now, d, ttl, write, wantD, wantTTL, wantWrite)
 		}
 		if write && (gotLast != st.Last || len(st.Bands) != 1 || st.Bands[0] != (ratelimit.Band{Limit: l, Level: gotLevel})) {
-			t.Fatalf("case %d: bucket %v (found %v, last %d, level %d), request %+v at %d: stepOne leaves last %d level %d, Step %+v",
+			t.Fatalf("case %d: bucket of %v (found %v, last %d, level %d), request %+v at %d: stepOne leaves last %d level %d, Step %+v",
 				i, b, found, last, level, r, now, gotLast, gotLevel, st)
 		}
 	}
