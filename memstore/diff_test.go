@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,15 +16,21 @@ import (
 
 // randomKeys returns keys of every shape the store files differently: two
 // namespaces and no namespace, and subjects of each length class (up to 15
-// bytes, 16 to 39, 40 and more), at the class edges.
+// bytes, 16 to 39, 40 and more), at the class edges and at 8 bytes, where a
+// short subject's key changes form.
 func randomKeys() []string {
 	var keys []string
 	for _, prefix := range []string{"2:ns:", "5:other:", ""} {
-		for _, n := range []int{1, 15, 16, 39, 40, 70} {
-			keys = append(keys, prefix+strings.Repeat("s", n-1)+"1", prefix+strings.Repeat("s", n-1)+"2")
+		for _, n := range []int{1, 2, 7, 8, 9, 10, 15, 16, 39, 40, 70} {
+			// Subjects that differ in their last byte, in their first, one
+			// that ends in a zero byte, and one that is all the same byte.
+			keys = append(keys, prefix+strings.Repeat("s", n-1)+"1", prefix+strings.Repeat("s", n-1)+"2",
+				prefix+"1"+strings.Repeat("s", n-1), prefix+strings.Repeat("s", n-1)+"\x00", prefix+strings.Repeat("s", n))
 		}
+		keys = append(keys, prefix+"\x00")
 	}
-	return keys
+	slices.Sort(keys)
+	return slices.Compact(keys)
 }
 
 // randomPolicies is a pool of policies of one to three limits that share
@@ -65,8 +72,14 @@ func TestApplyEqualsStep(t *testing.T) {
 			keys := randomKeys()
 			model := map[string]*ratelimit.State{}
 			now := storetest.Start
-			for i := range 20_000 {
+			for i := range 40_000 {
+				// Mostly a few neighbouring keys at a time (subjects that
+				// differ by a byte, or by their length), so that their
+				// buckets are seldom full again when checked.
 				key := keys[rng.IntN(len(keys))]
+				if rng.IntN(4) != 0 {
+					key = keys[(i/400+rng.IntN(4))%len(keys)]
+				}
 				switch rng.IntN(100) {
 				case 0:
 					if err := s.Reset(ctx, key); err != nil {
@@ -78,12 +91,14 @@ func TestApplyEqualsStep(t *testing.T) {
 					s.Sweep()
 					continue
 				}
-				switch step := rng.IntN(10); {
-				case step < 6:
+				switch step := rng.IntN(20); {
+				case step < 12:
+					now = now.Add(time.Duration(rng.IntN(20_000)) * time.Microsecond)
+				case step < 16:
 					now = now.Add(time.Duration(rng.IntN(400_000)) * time.Microsecond)
-				case step < 7 && tc.frozen:
+				case step < 18 && tc.frozen:
 					now = now.Add(-time.Duration(rng.IntN(400_000)) * time.Microsecond)
-				case step < 8:
+				case step < 19:
 					now = now.Add(time.Duration(rng.IntN(5)) * time.Second)
 				}
 				clock.Add(now.Sub(clock.Now()))

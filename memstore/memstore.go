@@ -116,7 +116,7 @@ type shardState struct {
 // a table compacted in the shard.
 type hit struct {
 	sp  *space
-	key [16]byte
+	key short
 	e   *entry // nil: nothing remembered
 }
 
@@ -132,22 +132,34 @@ type polRef struct {
 type space struct {
 	prefix string
 	n      int             // buckets in the three tables
-	short  table[[16]byte] // subjects of up to 15 bytes
+	short  table[short]    // subjects of up to 15 bytes
 	mid    table[[40]byte] // subjects of 16 to 39 bytes
 	long   table[string]   // longer subjects, each its own copy
 }
 
-// Subjects of up to maxShort and maxMid bytes are kept in fixed arrays, their
-// length in the last byte.
+// Subjects of up to maxShort bytes are kept in a short, and those of up to
+// maxMid bytes in an array, with their length in the last byte.
 const (
 	maxShort = 15
 	maxMid   = 39
 )
 
-func shortKey(s string) (k [16]byte) {
-	copy(k[:maxShort], s)
-	k[maxShort] = byte(len(s))
-	return k
+// short is a subject of up to 15 bytes as two words, read with a few loads
+// rather than copied byte by byte: from 8 bytes on, a is the first 8 and b
+// the last 8, whose first byte (already in a) gives way to the length;
+// below, a holds the bytes and b the length. Each subject has its own.
+type short struct{ a, b uint64 }
+
+func shortKey(s string) short {
+	n := len(s)
+	if n >= 8 {
+		return short{le64(s), le64(s[n-8:])&^0xff | uint64(n)}
+	}
+	var a uint64
+	for i := n - 1; i >= 0; i-- {
+		a = a<<8 | uint64(s[i])
+	}
+	return short{a, uint64(n)}
 }
 
 func midKey(s string) (k [40]byte) {
@@ -243,7 +255,7 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 		return ratelimit.Decision{}, err
 	}
 
-	var k [16]byte // a short subject's key, made before taking the lock
+	var k short // a short subject's key, made before taking the lock
 	if len(subject) <= maxShort {
 		k = shortKey(subject)
 	}
