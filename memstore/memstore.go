@@ -202,18 +202,7 @@ func New(opts ...Option) *Store {
 // keeps a copy of key, never key itself.
 func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
 	prefix, subject := split(key)
-	return s.apply(ctx, prefix, subject, r)
-}
-
-// ApplySplit is Apply on the key prefix+subject, without joining them: the
-// store keeps prefix once for all its buckets. Limiter uses it (see
-// ratelimit.SplitKeyStore).
-func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
-	if p, rest := split(prefix); p != prefix || rest != "" {
-		// Not a Limiter's length-framed prefix: file the key as Apply would.
-		return s.Apply(ctx, prefix+subject, r)
-	}
-	return s.apply(ctx, prefix, subject, r)
+	return s.ApplySplit(ctx, prefix, subject, r)
 }
 
 // split cuts a Limiter's key, "<len(ns)>:<ns>:<subject>", after its prefix.
@@ -235,8 +224,14 @@ func split(key string) (prefix, subject string) {
 	return key[:end+1], key[end+1:]
 }
 
-// apply decides r on the bucket at prefix+subject.
-func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
+// ApplySplit is Apply on the key prefix+subject, without joining them: the
+// store keeps prefix once for all its buckets. Limiter uses it (see
+// ratelimit.SplitKeyStore), so it is the one function a check runs through.
+func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
+	if p, rest := split(prefix); p != prefix || rest != "" {
+		// Not a Limiter's length-framed prefix: file the key as Apply would.
+		return s.Apply(ctx, prefix+subject, r)
+	}
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}
