@@ -280,21 +280,19 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 	}
 	if len(r.Limits) == 1 && (e == nil || sh.pols[e.pol].p.one && sh.pols[e.pol].p.low == p.low) {
 		// One limit on a bucket of its own rate: Step on scalars.
-		var last, level int64
+		var b scalar
 		if e != nil {
-			last, level = e.last, e.level
+			b = scalar{found: true, last: e.last, level: e.level}
 		}
-		var ttl time.Duration
-		var write bool
-		d, ttl, write, last, level = stepOne(p.low, r.Limits[0], r.Cost, r.Peek, us, e != nil, last, level)
+		ttl, write := stepOne(&d, p.low, r.Limits[0], r.Cost, r.Peek, us, &b)
 		switch {
 		case !write:
 		case e != nil && sh.pols[e.pol].p == p:
-			e.last, e.level, e.expires = last, level, s.expiry(clock, ttl)
+			e.last, e.level, e.expires = b.last, b.level, s.expiry(clock, ttl)
 			sh.last = sp
 		default:
-			bands[0] = ratelimit.Band{Limit: r.Limits[0], Level: level}
-			st := ratelimit.State{Last: last, Bands: bands[:1]}
+			bands[0] = ratelimit.Band{Limit: r.Limits[0], Level: b.level}
+			st := ratelimit.State{Last: b.last, Bands: bands[:1]}
 			s.store(sh, sp, prefix, subject, st, p, e, s.expiry(clock, ttl))
 		}
 	} else {

@@ -18,14 +18,19 @@ func lowestOf(l ratelimit.Limit) lowest {
 	return lowest{k.Capacity, k.RefillTokens, int64(k.RefillPeriod / time.Microsecond)}
 }
 
+// scalar is a bucket of one limit: found false for a missing one.
+type scalar struct {
+	found       bool
+	last, level int64
+}
+
 // stepOne is ratelimit's Step for the common case, on scalars: a request of
-// the one limit l, k in lowest terms, on a bucket that is missing (found
-// false) or was written by a limit of the same rate and capacity (the same
-// k), with Last last and level level. It returns what Step returns and the
-// bucket's new Last and level, the same for every such input
-// (TestStepOneEqualsStep holds them equal), without the slices Step works on
-// and with k worked out once per policy rather than on every check. Step's
-// rules, for one limit and its own band:
+// the one limit l, k in lowest terms, on the bucket b, missing or written by a
+// limit of the same rate and capacity (the same k). It sets *d to Step's
+// Decision, b to the state Step leaves, and returns Step's ttl and write, the
+// same for every such input (TestStepOneEqualsStep holds them equal), without
+// the slices Step works on and with k worked out once per policy rather than
+// on every check. Step's rules, for one limit and its own band:
 //
 //   - a clock behind last decides at last and adds the difference (back) to
 //     RetryAfter and, when not zero, ResetAfter;
@@ -35,45 +40,50 @@ func lowestOf(l ratelimit.Limit) lowest {
 //   - the request is allowed when the band holds cost tokens (one for a
 //     peek), and then, unless peeking, cost is taken; only then is there
 //     anything to write.
-func stepOne(k lowest, l ratelimit.Limit, cost int64, peek bool, now int64, found bool, last, level int64) (d ratelimit.Decision, ttl time.Duration, write bool, newLast, newLevel int64) {
+func stepOne(d *ratelimit.Decision, k lowest, l ratelimit.Limit, cost int64, peek bool, now int64, b *scalar) (ttl time.Duration, write bool) {
 	full := k.c * k.p
 	if peek {
 		cost = 1
 	}
 	t0, back := now, int64(0)
-	if found {
-		if last > now {
-			t0, back = last, last-now
+	level := full
+	if b.found {
+		if b.last > now {
+			t0, back = b.last, b.last-now
 		}
-		if missing := full - level; refills(t0-last, k.r, missing) {
-			found, t0, back = false, now, 0 // full: the same as missing
+		if missing := full - b.level; !refills(t0-b.last, k.r, missing) {
+			level = b.level + (t0-b.last)*k.r // below full, so no overflow
 		} else {
-			level += (t0 - last) * k.r // below full, so no overflow
+			t0, back = now, 0 // full: the same as missing
 		}
-	}
-	if !found {
-		level = full
 	}
 
 	need := cost * k.p
 	var retry int64
-	d.Allowed = level >= need
-	if d.Allowed {
+	allowed := level >= need
+	if allowed {
 		if !peek {
 			level -= need
 		}
 	} else {
 		retry = ceilDiv(need-level, k.r) + back
 	}
-	d.Remaining = level / k.p
 	reset := ceilDiv(full-level, k.r)
 	if reset > 0 {
 		reset += back
 	}
-	d.RetryAfter = microsDuration(retry)
-	d.ResetAfter = microsDuration(reset)
-	d.Limit = l
-	return d, ratelimit.TTL(reset), d.Allowed && !peek, t0, level
+	*d = ratelimit.Decision{
+		Allowed:    allowed,
+		Remaining:  level / k.p,
+		RetryAfter: microsDuration(retry),
+		ResetAfter: microsDuration(reset),
+		Limit:      l,
+	}
+	write = allowed && !peek
+	if write {
+		*b = scalar{found: true, last: t0, level: level}
+	}
+	return ratelimit.TTL(reset), write
 }
 
 // refills reports whether elapsed µs at tokens per µs refill missing:

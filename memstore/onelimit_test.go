@@ -92,7 +92,10 @@ func TestStepOneEqualsStep(t *testing.T) {
 			st = ratelimit.State{Last: last, Bands: []ratelimit.Band{{Limit: b, Level: level}}}
 		}
 		wantD, wantTTL, wantWrite := st.Step(r, now)
-		d, ttl, write, gotLast, gotLevel := stepOne(k, l, r.Cost, r.Peek, now, found, last, level)
+		var d ratelimit.Decision
+		got := scalar{found: found, last: last, level: level}
+		ttl, write := stepOne(&d, k, l, r.Cost, r.Peek, now, &got)
+		gotLast, gotLevel := got.last, got.level
 		if d != wantD || ttl != wantTTL || write != wantWrite {
 			t.Fatalf("case %d: bucket of %v (found %v, last %d, level %d), request %+v at %d:\nstepOne %+v %v %v\nStep    %+v %v %v",
 				i, b, found, last, level, r, now, d, ttl, write, wantD, wantTTL, wantWrite)
