@@ -31,6 +31,7 @@ package memstore
 
 import (
 	"context"
+	"encoding/binary"
 	"hash/maphash"
 	"math"
 	"math/bits"
@@ -145,21 +146,28 @@ const (
 )
 
 // short is a subject of up to 15 bytes as two words, read with a few loads
-// rather than copied byte by byte: from 8 bytes on, a is the first 8 and b
-// the last 8, whose first byte (already in a) gives way to the length;
-// below, a holds the bytes and b the length. Each subject has its own.
-type short struct{ a, b uint64 }
+// rather than copied byte by byte: from 8 bytes on, the first word is the
+// first 8 bytes and the second the last 8, whose first byte (already in the
+// first word) gives way to the length; below, the first word holds the bytes
+// and the second the length. Each subject has its own. It is a byte array,
+// not two uint64s, so that a map slot of it and a uint32 takes 20 bytes, not
+// 24.
+type short [16]byte
 
-func shortKey(s string) short {
+func shortKey(s string) (k short) {
 	n := len(s)
+	var a, b uint64
 	if n >= 8 {
-		return short{le64(s), le64(s[n-8:])&^0xff | uint64(n)}
+		a, b = le64(s), le64(s[n-8:])&^0xff|uint64(n)
+	} else {
+		for i := n - 1; i >= 0; i-- {
+			a = a<<8 | uint64(s[i])
+		}
+		b = uint64(n)
 	}
-	var a uint64
-	for i := n - 1; i >= 0; i-- {
-		a = a<<8 | uint64(s[i])
-	}
-	return short{a, uint64(n)}
+	binary.LittleEndian.PutUint64(k[:8], a)
+	binary.LittleEndian.PutUint64(k[8:], b)
+	return k
 }
 
 func midKey(s string) (k [40]byte) {
