@@ -88,3 +88,35 @@ func TestRemadeBucketsAllocateNothing(t *testing.T) {
 		t.Fatalf("%d allocations over %d checks, %d of them on remade buckets: want at most one per 100 checks", m, checks, n)
 	}
 }
+
+func TestHeapPerSubject(t *testing.T) {
+	// Issue 9's bound: at most 100 heap bytes per live subject, the subject
+	// included (each a string of its own, as a server parses it from a
+	// request), here at 11 bytes like "user:123456".
+	const n = 300_000
+	s := memstore.New(memstore.WithClock(func() time.Time { return storetest.Start }))
+	l, _ := ratelimit.New[string](s, ratelimit.PerSecond(1000))
+	ctx := context.Background()
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	var buf []byte
+	for i := range n {
+		buf = strconv.AppendInt(append(buf[:0], "user:"...), int64(100_000+i), 10)
+		l.TryAcquire(ctx, string(buf))
+	}
+	after := heap()
+	if s.Len() != n {
+		t.Fatalf("%d buckets held, want %d", s.Len(), n)
+	}
+	per := float64(after-before) / n
+	t.Logf("%.1f heap bytes per subject", per)
+	if per > 100 {
+		t.Fatalf("%.1f heap bytes per subject, want at most 100", per)
+	}
+}
