@@ -101,6 +101,14 @@ func (s *Store) evalAll(ctx context.Context, items []*ratelimit.BatchItem, dry b
 	if err != nil {
 		return wrapErr("check", keys[0], err)
 	}
+	if len(items) == 1 {
+		d, err := ParseReply(items[0].Request, res)
+		if err != nil {
+			return wrapErr("check", keys[0], err)
+		}
+		items[0].Decision, items[0].Err = d, nil
+		return nil
+	}
 	v, ok := res.([]any)
 	if !ok || len(v) != replyLen*len(items) {
 		return wrapErr("check", keys[0], unexpected(res))
