@@ -21,7 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func standalone(t *testing.T) (*redistest.Server, redis.UniversalClient) {
+func standalone(t testing.TB) (*redistest.Server, redis.UniversalClient) {
 	t.Helper()
 	srv := redistest.StartServer(t)
 	client := redistest.NewClient(srv.Addr())

@@ -80,7 +80,7 @@ func appendDry(args []any, r ratelimit.Request) []any {
 // encode its own: a map replaced on write, read without a lock.
 var policyCache struct {
 	mu sync.Mutex
-	m  atomic.Pointer[map[ratelimit.Limit]string]
+	m  atomic.Pointer[map[ratelimit.Limit]any] // each value a string, boxed once
 }
 
 // maxCachedPolicies bounds policyCache; policies beyond it are encoded per
@@ -90,7 +90,7 @@ const maxCachedPolicies = 4096
 // policyArg returns the script's policy argument for limits (see the header
 // of tokenbucket.lua): their number, then each limit's signature, its
 // values in lowest terms as the varints the bucket stores.
-func policyArg(limits []ratelimit.Limit) string {
+func policyArg(limits []ratelimit.Limit) any {
 	if len(limits) != 1 {
 		b := []byte{byte(len(limits))}
 		for _, l := range limits {
@@ -104,14 +104,14 @@ func policyArg(limits []ratelimit.Limit) string {
 			return a
 		}
 	}
-	a := string(appendLimit([]byte{1}, l))
+	var a any = string(appendLimit([]byte{1}, l))
 	policyCache.mu.Lock()
 	defer policyCache.mu.Unlock()
 	old := policyCache.m.Load()
 	if old != nil && len(*old) >= maxCachedPolicies {
 		return a
 	}
-	next := make(map[ratelimit.Limit]string, 1+lenOf(old))
+	next := make(map[ratelimit.Limit]any, 1+lenOf(old))
 	if old != nil {
 		for k, v := range *old {
 			next[k] = v
@@ -135,7 +135,7 @@ func appendLimit(b []byte, l ratelimit.Limit) []byte {
 	return append(b, sig[:n]...)
 }
 
-func lenOf(m *map[ratelimit.Limit]string) int {
+func lenOf(m *map[ratelimit.Limit]any) int {
 	if m == nil {
 		return 0
 	}
