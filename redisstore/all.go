@@ -87,8 +87,7 @@ func (s *Store) eachGroup(ctx context.Context, groups [][]*ratelimit.BatchItem, 
 // cost without taking anything.
 func (s *Store) evalAll(ctx context.Context, items []*ratelimit.BatchItem, dry bool) error {
 	keys := make([]string, len(items))
-	args := make([]any, 1, 1+len(items)*(2+4*len(items[0].Request.Limits)))
-	args[0] = timeArg(items[0].Request)
+	args := timeArgs(items[0].Request, 1+2*len(items))
 	for i, it := range items {
 		keys[i] = it.Key
 		if dry {

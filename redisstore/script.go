@@ -41,19 +41,19 @@ var ErrUnexpectedReply = errors.New("redisstore: unexpected script reply")
 const replyLen = 5
 
 // Args returns the script's ARGV for a check of r, which must be valid: the
-// time (or "" for the server's TIME), then r's part (see appendRequest).
+// time (none for the server's TIME), then r's part (see appendRequest).
 func Args(r ratelimit.Request) []any {
-	args := make([]any, 1, 3)
-	args[0] = timeArg(r)
-	return appendRequest(args, r)
+	return appendRequest(timeArgs(r, 3), r)
 }
 
-// timeArg is the script's ARGV[1] for r.
-func timeArg(r ratelimit.Request) any {
-	if r.Now.IsZero() {
-		return ""
+// timeArgs returns ARGV with room for n values, holding the time of r: none
+// for the server's TIME.
+func timeArgs(r ratelimit.Request, n int) []any {
+	args := make([]any, 0, n)
+	if !r.Now.IsZero() {
+		args = append(args, r.Now.UnixMicro())
 	}
-	return r.Now.UnixMicro()
+	return args
 }
 
 // appendRequest appends one key's part of the script's ARGV for r: its cost

@@ -2,7 +2,8 @@
 -- It decides one bucket, or several as one (all or nothing), in integers of at most 2^53.
 --
 -- KEYS[1..K]  the buckets, one per check (K = 1 for a single check)
--- ARGV[1]     now, in µs since the Unix epoch, or "" to read the server's TIME
+-- ARGV[1]     now, in µs since the Unix epoch, or "" to read the server's TIME; left out (two
+--             values per key and no more), the server's TIME
 -- then two per key, in the order of KEYS:
 --   cost      the tokens to take; or, negative, the tokens to ask for without taking any
 --             (a peek asks for one: -1)
@@ -37,7 +38,11 @@ local INVALID = 'ratelimit: invalid argument: '
 local CORRUPT = 'ratelimit: malformed bucket state: '
 local floor, sub, byte = math.floor, string.sub, string.byte
 
-local now = ARGV[1]
+-- ARGV[1] is the time when ARGV has one more than two values per key.
+local a, now = 1, ''
+if #ARGV % 2 == 1 then
+  a, now = 2, ARGV[1]
+end
 if now == '' then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
@@ -59,7 +64,7 @@ end
 -- the key's base w (limit i at w + 2 + 5i). It is made with room for one key of one limit.
 local W = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 local all = true
-local a, w = 2, 0
+local w = 0
 
 for j = 1, #KEYS do
   -- The request, checked by Limit.Validate's rules in its order and words.
@@ -143,7 +148,7 @@ for j = 1, #KEYS do
     if len < 17 then
       return redis.error_reply(CORRUPT .. 'too short')
     end
-    local last = struct.unpack('>I7', raw)
+    local last, lv1 = struct.unpack('>I7I7', raw)
     if last > MAXTIME then
       return redis.error_reply(CORRUPT .. 'time out of range')
     end
@@ -166,7 +171,10 @@ for j = 1, #KEYS do
       for i = 1, n do
         local x = w + 2 + 5 * i
         local c, r, p = W[x], W[x + 1], W[x + 2]
-        local lv = struct.unpack('>I7', raw, pos)
+        local lv = lv1
+        if i > 1 then
+          lv = struct.unpack('>I7', raw, pos)
+        end
         local missing = c * p - lv
         if missing < 0 then
           return redis.error_reply(CORRUPT .. 'field out of range')
