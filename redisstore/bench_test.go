@@ -15,11 +15,15 @@ import (
 // time per check is only meaningful on a quiet machine: see bench/).
 func BenchmarkTryAcquire(b *testing.B) {
 	_, client := standalone(b)
-	for _, name := range []string{"coalescing", "WithoutCoalescing"} {
+	for _, name := range []string{"lanes=1", "lanes=2", "lanes=4", "lanes=8", "WithoutCoalescing"} {
 		b.Run(name, func(b *testing.B) {
 			var opts []redisstore.Option
-			if name == "WithoutCoalescing" {
+			switch name {
+			case "WithoutCoalescing":
 				opts = append(opts, redisstore.WithoutCoalescing())
+			default:
+				n, _ := strconv.Atoi(name[len("lanes="):])
+				opts = append(opts, redisstore.WithLanes(n))
 			}
 			l, err := ratelimit.New[string](redisstore.New(client, opts...), ratelimit.PerSecond(1000), ratelimit.WithNamespace("bench"))
 			if err != nil {
