@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -117,4 +118,38 @@ type AtomicStore interface {
 	// error means nothing was decided and nothing taken; item Errs are not
 	// used.
 	ApplyAll(ctx context.Context, items []BatchItem) error
+}
+
+// ValidateAll reports whether an AtomicStore can decide items as one: each
+// request is valid (see Request.Validate), all are decided at the same time
+// (equal Now), and no key appears twice. The error wraps ErrInvalidArgument
+// and names the item. It allocates nothing for up to 16 items.
+func ValidateAll(items []BatchItem) error {
+	for i := range items {
+		r := &items[i].Request
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("item %d: %w", i, err)
+		}
+		if !r.Now.Equal(items[0].Request.Now) {
+			return invalid("item %d: every item must be decided at the same time", i)
+		}
+	}
+	if len(items) <= 16 {
+		for i := range items {
+			for j := i + 1; j < len(items); j++ {
+				if items[i].Key == items[j].Key {
+					return invalid("items %d and %d have the same key", i, j)
+				}
+			}
+		}
+		return nil
+	}
+	seen := make(map[string]int, len(items))
+	for j, it := range items {
+		if i, ok := seen[it.Key]; ok {
+			return invalid("items %d and %d have the same key", i, j)
+		}
+		seen[it.Key] = j
+	}
+	return nil
 }

@@ -21,11 +21,10 @@ var _ ratelimit.AtomicStore = (*Store)(nil)
 // errors.ErrUnsupported and decides nothing.
 func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error {
 	for i := range items {
-		it := &items[i]
-		it.Decision, it.Err = ratelimit.Decision{}, nil
-		if err := it.Request.Validate(); err != nil {
-			return fmt.Errorf("item %d: %w", i, err)
-		}
+		items[i].Decision, items[i].Err = ratelimit.Decision{}, nil
+	}
+	if err := ratelimit.ValidateAll(items); err != nil {
+		return err
 	}
 	if len(items) == 0 {
 		return nil

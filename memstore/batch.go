@@ -49,17 +49,8 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 	if len(items) == 0 {
 		return nil
 	}
-	for i := range items {
-		r := &items[i].Request
-		if err := r.Validate(); err != nil {
-			return fmt.Errorf("memstore: item %d: %w", i, err)
-		}
-		if !r.Now.Equal(items[0].Request.Now) {
-			return fmt.Errorf("%w: item %d: every item must be decided at the same time", ratelimit.ErrInvalidArgument, i)
-		}
-	}
-	if i, j, dup := duplicate(items); dup {
-		return fmt.Errorf("%w: items %d and %d have the same key", ratelimit.ErrInvalidArgument, i, j)
+	if err := ratelimit.ValidateAll(items); err != nil {
+		return fmt.Errorf("memstore: %w", err)
 	}
 	clock := s.now()
 	us := clock
@@ -166,26 +157,4 @@ type check struct {
 	shard           int
 	p               *policy
 	e               *entry // the bucket, nil when there is none
-}
-
-// duplicate reports the first two items that share a key.
-func duplicate(items []ratelimit.BatchItem) (int, int, bool) {
-	if len(items) <= 16 {
-		for i := range items {
-			for j := i + 1; j < len(items); j++ {
-				if items[i].Key == items[j].Key {
-					return i, j, true
-				}
-			}
-		}
-		return 0, 0, false
-	}
-	seen := make(map[string]int, len(items))
-	for j, it := range items {
-		if i, ok := seen[it.Key]; ok {
-			return i, j, true
-		}
-		seen[it.Key] = j
-	}
-	return 0, 0, false
 }

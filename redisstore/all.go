@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 
@@ -27,7 +26,10 @@ var _ ratelimit.AtomicStore = (*Store)(nil)
 // admission (never an admission beyond the policy), and ApplyAll reports
 // each item's own decision with the error nil.
 func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error {
-	if err := validateAll(items); err != nil {
+	for i := range items {
+		items[i].Decision, items[i].Err = ratelimit.Decision{}, nil
+	}
+	if err := ratelimit.ValidateAll(items); err != nil {
 		return err
 	}
 	if len(items) == 0 {
@@ -118,26 +120,6 @@ func (s *Store) evalAll(ctx context.Context, items []*ratelimit.BatchItem, dry b
 			return wrapErr("check", it.Key, err)
 		}
 		it.Decision, it.Err = d, nil
-	}
-	return nil
-}
-
-// validateAll checks the items of an ApplyAll before any I/O.
-func validateAll(items []ratelimit.BatchItem) error {
-	seen := make(map[string]struct{}, len(items))
-	for i := range items {
-		it := &items[i]
-		it.Decision, it.Err = ratelimit.Decision{}, nil
-		if err := it.Request.Validate(); err != nil {
-			return fmt.Errorf("item %d: %w", i, err)
-		}
-		if !it.Request.Now.Equal(items[0].Request.Now) {
-			return fmt.Errorf("%w: item %d: every item must be decided at the same time", ratelimit.ErrInvalidArgument, i)
-		}
-		if _, dup := seen[it.Key]; dup {
-			return fmt.Errorf("%w: item %d: each key may appear once", ratelimit.ErrInvalidArgument, i)
-		}
-		seen[it.Key] = struct{}{}
 	}
 	return nil
 }
