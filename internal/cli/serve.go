@@ -69,6 +69,8 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	fs.StringVar(&f.forwarded, "forwarded-header", "X-Forwarded-For", "with --trusted-proxies, the header they write: X-Forwarded-For or Forwarded")
 	fs.StringVar(&f.body, "body", "text", "with --upstream, the body of 429 and other limiter responses: text or json")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 10*time.Second, "on SIGINT or SIGTERM, how long in-flight requests may take to finish")
+	var envoy envoyFlags // the Envoy rate limit service: envoy.go
+	envoy.register(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -130,6 +132,12 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		}
 		mainHandler, adminHandler = proxy, svc.Handler()
 	}
+
+	stopEnvoy, err := startEnvoy(envoy, env, st, f.timeout, f.shutdown, log, metrics)
+	if err != nil {
+		return err
+	}
+	defer stopEnvoy()
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
