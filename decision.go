@@ -23,6 +23,13 @@ type Decision struct {
 	// Source tells what made the decision. The zero value, SourceStore, is
 	// the store the limiter was built on.
 	Source Source
+	// Converted reports that the bucket had been written by another policy
+	// and this check converted it to its own (see Step): a rolling deploy
+	// that changes the policy does this once per subject, but two limiters
+	// with different policies on one namespace do it on every check, and
+	// their subjects get the smaller of the two allowances. Give each policy
+	// its own namespace.
+	Converted bool
 }
 
 // Enforced reports whether the decision was made against a token bucket: the

@@ -16,11 +16,17 @@ var ErrInvalidArgument = errors.New("ratelimit: invalid argument")
 // A malformed bucket never grants tokens.
 var ErrCorruptState = errors.New("ratelimit: malformed bucket state")
 
-// MaxExact is the bound every quantity of the bucket arithmetic stays within:
-// capacity times refill period in microseconds, refill tokens, and times in
-// microseconds since the Unix epoch. Sums of two such values stay below 2^53,
-// the range in which Redis's Lua numbers (IEEE doubles) are exact integers.
-const MaxExact = 1 << 52
+// MaxExact is the bound every quantity of the bucket arithmetic stays within,
+// 2^53, the range in which Redis's Lua numbers (IEEE doubles) are exact
+// integers: a policy's capacity, refill tokens and refill period in
+// microseconds, and its capacity times its refill period in lowest terms (see
+// Limit.Validate). Waits that could pass it (a wait plus a clock's catch-up)
+// are added in Go.
+const MaxExact = 1 << 53
+
+// MaxTime is the latest time the arithmetic accepts, in microseconds since
+// the Unix epoch: 2^52 µs, in the year 2112.
+const MaxTime = 1 << 52
 
 // MaxLimits is the largest number of Limits one policy may combine.
 const MaxLimits = 8
@@ -49,6 +55,9 @@ func PerMinute(n int64) Limit { return Limit{Capacity: n, RefillTokens: n, Refil
 // PerHour returns a Limit of n tokens per hour, bursting to n.
 func PerHour(n int64) Limit { return Limit{Capacity: n, RefillTokens: n, RefillPeriod: time.Hour} }
 
+// PerDay returns a Limit of n tokens per 24 hours, bursting to n.
+func PerDay(n int64) Limit { return Limit{Capacity: n, RefillTokens: n, RefillPeriod: 24 * time.Hour} }
+
 // NewLimit returns a Limit of permits tokens every per, bursting to burst.
 // NewLimit(100, time.Second, 200) sustains 100 per second and lets an idle
 // subject spend 200 at once. The result is not validated; call Validate, or
@@ -69,9 +78,17 @@ func (l Limit) String() string {
 //   - capacity must be at least 1
 //   - refill tokens must be at least 1
 //   - refill period must be at least 1µs, and a whole number of microseconds
-//   - capacity * refill period in µs must be at most 2^52
-//   - refill tokens must be at most 2^52
+//   - capacity, refill tokens and refill period in µs must each be at most 2^53
+//   - capacity * refill period in lowest terms must be at most 2^53
 //
+// The last rule reads the rate in lowest terms: R tokens every P µs is the
+// same rate as R/g tokens every P/g µs, where g is the greatest common divisor
+// of R and P, and the bucket counts in units of g/P of a token. So any rate
+// over a period of up to a day accepts a capacity of up to 104,249 (2^53
+// divided by a day in µs), and round rates far more: a million a day is one
+// token every 86,400 µs (capacity up to 10^11), ten million an hour one every
+// 360 µs, a hundred thousand in 30 days one every 25.92 s; any rate per second
+// accepts a capacity of up to 9·10^9.
 // The Redis script checks the same rules and reports them in the same words.
 func (l Limit) Validate() error {
 	if rule := l.brokenRule(); rule != "" {
@@ -91,12 +108,43 @@ func (l Limit) brokenRule() string {
 		return fmt.Sprintf("refill period must be at least 1µs (got %v)", l.RefillPeriod)
 	case l.RefillPeriod%time.Microsecond != 0:
 		return fmt.Sprintf("refill period must be a whole number of microseconds (got %v)", l.RefillPeriod)
-	case l.Capacity > MaxExact/l.periodMicros():
-		return fmt.Sprintf("capacity * refill period in µs must be at most 2^52 (got %d * %d)", l.Capacity, l.periodMicros())
+	case l.Capacity > MaxExact:
+		return fmt.Sprintf("capacity must be at most 2^53 (got %d)", l.Capacity)
 	case l.RefillTokens > MaxExact:
-		return fmt.Sprintf("refill tokens must be at most 2^52 (got %d)", l.RefillTokens)
+		return fmt.Sprintf("refill tokens must be at most 2^53 (got %d)", l.RefillTokens)
+	case l.periodMicros() > MaxExact:
+		return fmt.Sprintf("refill period in µs must be at most 2^53 (got %d)", l.periodMicros())
+	}
+	if k := l.rate(); k.c > MaxExact/k.p {
+		return fmt.Sprintf("capacity * refill period in lowest terms must be at most 2^53 (got %d * %d µs, the period of %d per %dµs in lowest terms)", k.c, k.p, l.RefillTokens, l.periodMicros())
 	}
 	return ""
+}
+
+// rate is a Limit in lowest terms, the form the arithmetic works in: a bucket
+// of c tokens refilled r tokens every p µs, where r and p have no common
+// divisor. A bucket's level counts in units of 1/p of a token.
+type rate struct{ c, r, p int64 }
+
+// rate returns l in lowest terms. Two Limits of the same capacity and the
+// same rate have the same rate value and are the same policy to a bucket.
+func (l Limit) rate() rate {
+	r, p := l.RefillTokens, l.periodMicros()
+	g := gcd(r, p)
+	return rate{l.Capacity, r / g, p / g}
+}
+
+// Same reports whether l and m are the same policy: the same capacity, and the
+// same refill rate once reduced to lowest terms (10 per second is 1 per 100
+// ms). A bucket written by one is the bucket of the other, with no carry-over.
+func (l Limit) Same(m Limit) bool { return l.rate() == m.rate() }
+
+// gcd returns the greatest common divisor of a and b, both at least 1.
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // validateLimits checks a policy of one or more limits. With several, the
@@ -132,7 +180,8 @@ func validateCost(limits []Limit, cost int64) error {
 	return nil
 }
 
-// periodMicros is the refill period in whole microseconds.
+// periodMicros is the refill period in whole microseconds, as given (not in
+// lowest terms).
 func (l Limit) periodMicros() int64 { return int64(l.RefillPeriod / time.Microsecond) }
 
 func invalid(format string, args ...any) error {

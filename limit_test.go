@@ -16,6 +16,7 @@ func TestConstructors(t *testing.T) {
 		{"PerSecond", PerSecond(100), Limit{100, 100, time.Second}},
 		{"PerMinute", PerMinute(5000), Limit{5000, 5000, time.Minute}},
 		{"PerHour", PerHour(7), Limit{7, 7, time.Hour}},
+		{"PerDay", PerDay(1_000_000), Limit{1_000_000, 1_000_000, 24 * time.Hour}},
 		{"NewLimit", NewLimit(100, time.Second, 200), Limit{200, 100, time.Second}},
 	}
 	for _, tt := range tests {
@@ -42,10 +43,16 @@ var invalidLimits = []struct {
 	{Limit{1, 1, 999 * time.Nanosecond}, "refill period must be at least 1µs"},
 	{Limit{1, 1, -time.Second}, "refill period must be at least 1µs"},
 	{Limit{1, 1, 1500 * time.Nanosecond}, "refill period must be a whole number of microseconds"},
-	{Limit{1 << 52, 1, 2 * time.Microsecond}, "capacity * refill period in µs must be at most 2^52"},
-	{Limit{1 << 33, 1, time.Hour}, "capacity * refill period in µs must be at most 2^52"},
-	{Limit{1<<62 + 1, 1, time.Microsecond}, "capacity * refill period in µs must be at most 2^52"},
-	{Limit{1, 1<<52 + 1, time.Second}, "refill tokens must be at most 2^52"},
+	{Limit{1<<53 + 1, 1, time.Microsecond}, "capacity must be at most 2^53"},
+	{Limit{1<<62 + 1, 1, time.Microsecond}, "capacity must be at most 2^53"},
+	{Limit{1, 1<<53 + 1, time.Second}, "refill tokens must be at most 2^53"},
+	{Limit{1, 1, (1<<53 + 1) * time.Microsecond}, "refill period in µs must be at most 2^53"},
+	{Limit{1 << 52, 1, 3 * time.Microsecond}, "capacity * refill period in lowest terms must be at most 2^53"},
+	{Limit{1 << 33, 1, time.Hour}, "capacity * refill period in lowest terms must be at most 2^53"},
+	// 7 a day has no common divisor with a day in µs: 1,000,000 of
+	// capacity times 86,400,000,000 µs is past 2^53.
+	{Limit{1_000_000, 7, 24 * time.Hour}, "capacity * refill period in lowest terms must be at most 2^53"},
+	{Limit{2, 1, 1 << 53 * time.Microsecond}, "capacity * refill period in lowest terms must be at most 2^53"},
 }
 
 func TestValidateNamesTheRule(t *testing.T) {
@@ -63,9 +70,18 @@ func TestValidateNamesTheRule(t *testing.T) {
 
 func TestValidateAcceptsTheLargestExactValues(t *testing.T) {
 	for _, l := range []Limit{
-		{1 << 52, 1 << 52, time.Microsecond},
-		{1, 1, 1 << 52 * time.Microsecond / 1024},
-		{1 << 20, 1, 1 << 32 * time.Microsecond},
+		{1 << 53, 1 << 53, time.Microsecond},
+		{1 << 53, 1, time.Microsecond},
+		{1, 1, 1 << 53 * time.Microsecond},
+		{1 << 20, 1, 1 << 33 * time.Microsecond},
+		// Daily and monthly quotas, read in lowest terms.
+		{1_000_000, 1_000_000, 24 * time.Hour},
+		{100_000, 100_000, 24 * time.Hour},
+		{10_000_000, 10_000_000, time.Hour},
+		{10_000_000, 10_000_000, 24 * time.Hour},
+		{100_000, 100_000, 30 * 24 * time.Hour},
+		{104_249, 7, 24 * time.Hour}, // any rate over a day: up to 104,249 of capacity
+		{9_007_199_254, 1, time.Second},
 	} {
 		if err := l.Validate(); err != nil {
 			t.Errorf("%+v.Validate() = %v, want nil", l, err)
@@ -88,7 +104,7 @@ func TestRequestValidate(t *testing.T) {
 		{"cost above the smaller capacity", Request{Limits: []Limit{PerSecond(10), PerSecond(5)}, Cost: 6}, "cost must not exceed capacity"},
 		{"second limit invalid", Request{Limits: []Limit{PerSecond(10), {}}, Cost: 1}, "limit 1: capacity must be at least 1"},
 		{"time before the epoch", Request{Limits: ok, Cost: 1, Now: time.Unix(-1, 0)}, "time must be between the Unix epoch and 2^52 µs after it"},
-		{"time too late", Request{Limits: ok, Cost: 1, Now: time.UnixMicro(MaxExact + 1)}, "time must be between the Unix epoch and 2^52 µs after it"},
+		{"time too late", Request{Limits: ok, Cost: 1, Now: time.UnixMicro(MaxTime + 1)}, "time must be between the Unix epoch and 2^52 µs after it"},
 	}
 	for _, tt := range tests {
 		err := tt.r.Validate()
@@ -99,7 +115,7 @@ func TestRequestValidate(t *testing.T) {
 	for _, r := range []Request{
 		{Limits: ok, Cost: 10},
 		{Limits: ok, Peek: true},
-		{Limits: ok, Cost: 1, Now: time.UnixMicro(MaxExact)},
+		{Limits: ok, Cost: 1, Now: time.UnixMicro(MaxTime)},
 		{Limits: ok, Cost: 1, Now: time.Unix(0, 0)},
 	} {
 		if err := r.Validate(); err != nil {

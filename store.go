@@ -38,7 +38,7 @@ type Request struct {
 
 // Validate reports whether a store can decide r: its limits are valid, Cost
 // is between 1 and every limit's capacity (unless Peek), and Now, when set, is
-// between the Unix epoch and 2^52 microseconds after it. The error wraps
+// between the Unix epoch and MaxTime (2^52 µs after it). The error wraps
 // ErrInvalidArgument.
 func (r Request) Validate() error {
 	if err := validateLimits(r.Limits); err != nil {
@@ -62,7 +62,7 @@ func (r Request) Validate() error {
 // before the epoch or more than 2^52 microseconds (about 142 years) after it.
 func Micros(t time.Time) (int64, error) {
 	us := t.UnixMicro()
-	if us < 0 || us > MaxExact {
+	if us < 0 || us > MaxTime {
 		return 0, invalid("time must be between the Unix epoch and 2^52 µs after it (got %v)", t)
 	}
 	return us, nil

@@ -1,6 +1,9 @@
 package ratelimit
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // State is a bucket as a store keeps it between checks. The zero State is a
 // missing bucket, which is full.
@@ -17,9 +20,11 @@ type State struct {
 type Band struct {
 	// Limit is the limit that wrote this band.
 	Limit Limit
-	// Level is the band's content in units of 1/P of a token, where P is
-	// the limit's refill period in microseconds: Level/P whole tokens plus a
-	// remainder of Level%P. It is between 0 and Capacity*P.
+	// Level is the band's content in units of 1/p of a token, where p is
+	// the limit's refill period in µs in lowest terms (the period divided by
+	// the greatest common divisor of the refill tokens and the period; see
+	// Limit.Validate): Level/p whole tokens plus a remainder of Level%p. It
+	// is between 0 and Capacity*p.
 	Level int64
 }
 
@@ -32,52 +37,69 @@ type Band struct {
 //
 // The rules, in order:
 //
-//   - A bucket that would be full by now under the limits that wrote it is
-//     the same as a missing one, and a missing bucket is full.
 //   - A clock behind the bucket's Last credits nothing: the check is decided
-//     at Last and the difference is added to RetryAfter, ResetAfter and ttl.
-//   - A band whose limit is in the request is refilled by the time elapsed,
-//     exactly, capped at its capacity.
-//   - A limit of the request that has no band (the policy changed) takes
-//     over the first band that no limit of the request matched, in order,
-//     and starts at the lesser of that band's whole tokens and its own
-//     capacity, with no remainder and no refill for the time before the
-//     change. With no such band left it starts at the bucket's fewest whole
-//     tokens, capped the same way.
+//     at Last, and the difference is added to RetryAfter, ResetAfter and ttl.
+//   - Each band is refilled by the time elapsed at the rate of the limit
+//     that wrote it, exactly, capped at that limit's capacity.
+//   - A bucket whose every band is then full is the same as a missing one,
+//     and a missing bucket is full (decided at now, whatever its Last was).
+//   - Each limit of the request takes the band its own policy wrote (the same
+//     capacity and the same rate in lowest terms; see Limit.Same). A limit
+//     that has none (the policy changed) takes over the first band left, in
+//     order: the lesser of that band's whole tokens and its own capacity,
+//     and below the capacity the part of a token the band held as well
+//     (rounded down; see carry). With no band left it starts at the bucket's
+//     fewest whole tokens, capped the same way. Every interval is so
+//     credited once, at one policy's rate, and a change never mints; the
+//     Decision then has Converted set.
 //   - The request is allowed when every band holds cost tokens (for a peek,
 //     one); then, unless peeking, cost is taken from every band.
+//   - ResetAfter is the wait until every band is full: zero for a full
+//     bucket, which needs no key (ttl is then the 1 ms minimum).
 //
 // ttl is how long the store should keep the new state: until the bucket would
-// be full again, and at least a millisecond. write is false when nothing needs
-// to be stored (a peek at a missing bucket).
+// be full again, rounded up to the millisecond, and at least a millisecond.
+// write is false when nothing needs to be stored: a peek takes nothing and
+// changes nothing, so it never writes, whichever policy wrote the bucket.
 func (st *State) Step(r Request, now int64) (d Decision, ttl time.Duration, write bool) {
 	limits := r.Limits
 	cost := r.Cost
 	if r.Peek {
 		cost = 1
 	}
-	exists := len(st.Bands) > 0
+	var want [MaxLimits]rate
+	for i, l := range limits {
+		want[i] = l.rate()
+	}
+	var have [MaxLimits]rate
+	var stored [MaxLimits]int64 // the bands' levels, refilled
 	t0, back := now, int64(0)
+	exists := len(st.Bands) > 0
 	if exists {
 		if st.Last > now {
 			t0, back = st.Last, st.Last-now
-		} else if st.fullBy(now) {
-			exists = false
+		}
+		full := true
+		for k, b := range st.Bands {
+			have[k] = b.Limit.rate()
+			stored[k] = have[k].refill(b.Level, t0-st.Last)
+			full = full && stored[k] == have[k].c*have[k].p
+		}
+		if full {
+			exists, t0, back = false, now, 0
 		}
 	}
 
 	var levels [MaxLimits]int64
 	if !exists {
-		for i, l := range limits {
-			levels[i] = l.Capacity * l.periodMicros()
+		for i, k := range want[:len(limits)] {
+			levels[i] = k.c * k.p
 		}
 	} else {
-		elapsed := t0 - st.Last
+		m := len(st.Bands)
 		fewest := int64(-1)
-		for _, b := range st.Bands {
-			if tok := b.Level / b.Limit.periodMicros(); fewest < 0 || tok < fewest {
-				fewest = tok
-			}
+		for k := range m {
+			fewest = minTokens(fewest, stored[k]/have[k].p)
 		}
 		// First each limit takes the band it wrote, then each limit left
 		// takes the next band left: a changed limit carries over the band it
@@ -85,79 +107,86 @@ func (st *State) Step(r Request, now int64) (d Decision, ttl time.Duration, writ
 		// left takes the bucket's fewest whole tokens.
 		var used [MaxLimits]bool
 		var match [MaxLimits]int
-		for i, l := range limits {
+		matched := 0
+		for i := range limits {
 			match[i] = -1
-			for k, b := range st.Bands {
-				if !used[k] && b.Limit == l {
+			for k := range m {
+				if !used[k] && have[k] == want[i] {
 					match[i], used[k] = k, true
+					matched++
 					break
 				}
 			}
 		}
+		d.Converted = matched != len(limits) || matched != m
 		next := 0
-		for i, l := range limits {
+		for i, k := range want[:len(limits)] {
 			if match[i] >= 0 {
-				levels[i] = refill(l, st.Bands[match[i]].Level, elapsed)
+				levels[i] = stored[match[i]]
 				continue
 			}
 			tok := fewest
-			for next < len(st.Bands) && used[next] {
+			for next < m && used[next] {
 				next++
 			}
-			if next < len(st.Bands) {
-				b := st.Bands[next]
-				tok, used[next] = b.Level/b.Limit.periodMicros(), true
+			if next < m {
+				// The band it replaces: its whole tokens, and the part of a
+				// token it had, in this limit's units.
+				used[next] = true
+				hp := have[next].p
+				if tok = stored[next] / hp; tok < k.c {
+					levels[i] = tok*k.p + carry(stored[next]%hp, hp, k.p)
+					continue
+				}
 			}
-			levels[i] = min(tok, l.Capacity) * l.periodMicros()
+			levels[i] = min(tok, k.c) * k.p
 		}
 	}
 
 	allowed := true
-	for i, l := range limits {
-		if levels[i] < cost*l.periodMicros() {
+	for i, k := range want[:len(limits)] {
+		if levels[i] < cost*k.p {
 			allowed = false
 			break
 		}
 	}
 	var bound int
 	var retry, reset int64
+	d.Remaining = -1
 	if allowed {
-		d.Remaining = -1
-		for i, l := range limits {
-			p := l.periodMicros()
+		for i, k := range want[:len(limits)] {
 			if !r.Peek {
-				levels[i] -= cost * p
+				levels[i] -= cost * k.p
 			}
-			if tok := levels[i] / p; d.Remaining < 0 || tok < d.Remaining {
+			if tok := levels[i] / k.p; d.Remaining < 0 || tok < d.Remaining {
 				d.Remaining, bound = tok, i
 			}
 		}
 	} else {
 		retry = -1
-		d.Remaining = -1
-		for i, l := range limits {
-			p := l.periodMicros()
-			d.Remaining = minTokens(d.Remaining, levels[i]/p)
-			if need := cost * p; levels[i] < need {
-				if w := ceilDiv(need-levels[i], l.RefillTokens); w > retry {
+		for i, k := range want[:len(limits)] {
+			d.Remaining = minTokens(d.Remaining, levels[i]/k.p)
+			if need := cost * k.p; levels[i] < need {
+				if w := ceilDiv(need-levels[i], k.r); w > retry {
 					retry, bound = w, i
 				}
 			}
 		}
 		retry += back
 	}
-	for i, l := range limits {
-		reset = max(reset, ceilDiv(l.Capacity*l.periodMicros()-levels[i], l.RefillTokens))
+	for i, k := range want[:len(limits)] {
+		reset = max(reset, ceilDiv(k.c*k.p-levels[i], k.r))
 	}
-	ttlMillis := max(1, ceilDiv(reset, 1000)+ceilDiv(back, 1000))
-	reset += back
+	if reset > 0 {
+		reset += back
+	}
 
 	d.Allowed = allowed
-	d.RetryAfter = time.Duration(retry) * time.Microsecond
-	d.ResetAfter = time.Duration(reset) * time.Microsecond
+	d.RetryAfter = microsDuration(retry)
+	d.ResetAfter = microsDuration(reset)
 	d.Limit = limits[bound]
 
-	write = exists || !r.Peek
+	write = !r.Peek
 	if write {
 		if cap(st.Bands) < len(limits) {
 			st.Bands = make([]Band, len(limits))
@@ -168,30 +197,50 @@ func (st *State) Step(r Request, now int64) (d Decision, ttl time.Duration, writ
 		}
 		st.Last = t0
 	}
-	return d, time.Duration(ttlMillis) * time.Millisecond, write
+	return d, TTL(reset), write
 }
 
-// fullBy reports whether every band would be full at now (not before Last).
-func (st *State) fullBy(now int64) bool {
-	elapsed := now - st.Last
-	for _, b := range st.Bands {
-		l := b.Limit
-		if elapsed < ceilDiv(l.Capacity*l.periodMicros()-b.Level, l.RefillTokens) {
-			return false
-		}
+// TTL returns how long a store keeps a bucket whose ResetAfter is reset µs:
+// reset rounded up to the millisecond, and at least a millisecond.
+func TTL(reset int64) time.Duration {
+	return microsDuration(max(1, ceilDiv(reset, 1000)) * 1000)
+}
+
+// microsDuration converts µs to a Duration, saturating at the largest one
+// (waits of more than 292 years).
+func microsDuration(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
 	}
-	return true
+	return time.Duration(us) * time.Microsecond
 }
 
-// refill returns level after elapsed microseconds at l's rate, capped at
-// capacity. It never forms a product above the capacity, so it stays exact.
-func refill(l Limit, level, elapsed int64) int64 {
-	full := l.Capacity * l.periodMicros()
+// refill returns level after elapsed µs at k's rate, capped at capacity. It
+// never forms a product above the capacity, so it stays exact.
+func (k rate) refill(level, elapsed int64) int64 {
+	full := k.c * k.p
 	missing := full - level
-	if missing <= 0 || elapsed >= ceilDiv(missing, l.RefillTokens) {
+	if missing <= 0 || elapsed >= ceilDiv(missing, k.r) {
 		return full
 	}
-	return level + elapsed*l.RefillTokens
+	return level + elapsed*k.r
+}
+
+// carry converts the part of a token that a band of period p (in lowest
+// terms) holds, rem/p, to units of 1/q: rem*q/p rounded down. When one
+// period divides the other it is exact. Otherwise the product can pass 2^53,
+// so the Redis script computes it in floating point, as floor(rem / p * q);
+// carry computes the same value, with the same two IEEE roundings, and takes
+// 2 units off, which makes up for them (their error is below 2 units), so the
+// result never exceeds the exact one.
+func carry(rem, p, q int64) int64 {
+	switch {
+	case p%q == 0:
+		return rem / (p / q)
+	case q%p == 0:
+		return rem * (q / p)
+	}
+	return max(0, int64(math.Floor(float64(rem)/float64(p)*float64(q)))-2)
 }
 
 // ceilDiv returns ⌈a/b⌉ for a >= 0 and b >= 1 (and 0 for a <= 0).
@@ -199,7 +248,7 @@ func ceilDiv(a, b int64) int64 {
 	if a <= 0 {
 		return 0
 	}
-	return (a + b - 1) / b
+	return (a-1)/b + 1
 }
 
 func minTokens(cur, tok int64) int64 {

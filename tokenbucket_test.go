@@ -38,8 +38,11 @@ func runSteps(t *testing.T, policy []Limit, ops []op) {
 			t.Fatalf("step %d at +%dµs cost %d peek %v: got allowed=%v remaining=%d retry=%v reset=%v, want allowed=%v remaining=%d retry=%v reset=%v",
 				i, o.t, o.cost, o.peek, d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, o.allowed, o.remain, o.retry, o.reset)
 		}
-		if min := (d.ResetAfter + time.Millisecond - 1).Truncate(time.Millisecond); ttl < min || ttl < time.Millisecond {
-			t.Fatalf("step %d: ttl %v is shorter than the reset %v (or 1ms)", i, ttl, d.ResetAfter)
+		// The key lives until the bucket is full, rounded up to the
+		// millisecond once: never shorter, and never a millisecond longer.
+		want := max(time.Millisecond, (d.ResetAfter + time.Millisecond - 1).Truncate(time.Millisecond))
+		if ttl != want {
+			t.Fatalf("step %d: ttl %v, want %v (the reset %v rounded up to the ms, at least 1ms)", i, ttl, want, d.ResetAfter)
 		}
 	}
 }
@@ -131,13 +134,15 @@ func TestStepPolicyChange(t *testing.T) {
 	smaller := []Limit{PerSecond(4)}
 	runSteps(t, old, []op{
 		{t: 0, cost: 3, allowed: true, remain: 7, reset: 300 * time.Millisecond},
-		// 50 ms later the old policy would have half a token more; the new
-		// one keeps the 7 whole tokens, drops the remainder, credits no
-		// refill for the time before the change.
-		{t: 50_000, cost: 1, limits: bigger, allowed: true, remain: 6, reset: 940 * time.Millisecond},
-		// Back on the old policy: the lesser of 6 and 10, again no credit.
-		{t: 60_000, cost: 1, allowed: true, remain: 5, reset: 500 * time.Millisecond},
-		// A smaller policy caps the tokens at its capacity.
+		// 50 ms later the old policy has refilled half a token: 7.5. The
+		// new one is credited those 50 ms at the old rate and carries the
+		// 7.5 tokens over.
+		{t: 50_000, cost: 1, limits: bigger, allowed: true, remain: 6, reset: 935 * time.Millisecond},
+		// Back on the old policy 10 ms later: the 10 ms are credited at the
+		// rate of the policy that wrote the bucket (100/s, one token), then
+		// the lesser of 7.5 and 10 is carried over.
+		{t: 60_000, cost: 1, allowed: true, remain: 6, reset: 350 * time.Millisecond},
+		// A smaller policy caps the tokens at its capacity: 4 of 6.5.
 		{t: 60_000, cost: 1, limits: smaller, allowed: true, remain: 3, reset: 250 * time.Millisecond},
 	})
 }
@@ -196,7 +201,7 @@ func TestStepMultipleLimits(t *testing.T) {
 		t.Fatalf("sixth check = %+v, want denied by the minute limit, retry after 12s", d)
 	}
 	// The denial took nothing from the day's band.
-	if got := st.Bands[1].Level / perDay.periodMicros(); got != 95 {
+	if got := st.Bands[1].Level / perDay.rate().p; got != 95 {
 		t.Fatalf("day band holds %d tokens, want 95", got)
 	}
 	if d.ResetAfter != 5*24*time.Hour/100 {
