@@ -392,25 +392,15 @@ func (b *builder) rule(d *yamlDescriptor, path []step) (*Rule, error) {
 	return r, nil
 }
 
-// bucketLimit returns the exact Limit of capacity tokens refilling n every
-// per, with the refill fraction reduced so that capacity * period stays
-// within the library's exact range where it can.
+// bucketLimit returns the Limit of capacity tokens refilling n every per,
+// or why the library cannot keep it exactly.
 func bucketLimit(capacity, n int64, per time.Duration) (ratelimit.Limit, error) {
-	us := per.Microseconds()
-	g := gcd(n, us)
-	l := ratelimit.Limit{Capacity: capacity, RefillTokens: n / g, RefillPeriod: time.Duration(us/g) * time.Microsecond}
+	l := ratelimit.Limit{Capacity: capacity, RefillTokens: n, RefillPeriod: per}
 	if err := l.Validate(); err != nil {
-		return l, fmt.Errorf("%d requests per %v with a capacity of %d cannot be kept exactly: %v (use a shorter unit)",
+		return l, fmt.Errorf("%d requests per %v with a capacity of %d cannot be kept exactly: %v",
 			n, per, capacity, strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": "))
 	}
 	return l, nil
-}
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
 }
 
 // describe names a descriptor by its path for an error message:
