@@ -179,8 +179,14 @@ func wantStatus(t *testing.T, what string, st *rlsv3.RateLimitResponse_Descripto
 }
 
 func TestShouldRateLimitEndToEnd(t *testing.T) {
+	endToEnd(t, func(*testing.T) ratelimit.Store { return memstore.New() })
+}
+
+// endToEnd runs every feature against the service on a real listener, each
+// subtest on a store of newStore.
+func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 	t.Run("a per-IP rule admits its capacity, then refills smoothly", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		for i := range 10 {
 			r := f.ask(t, 0, desc("remote_address=10.0.0.1"))
 			if r.OverallCode != ok {
@@ -208,7 +214,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("the most specific match wins, and requests_per_unit 0 denies all", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		r := f.ask(t, 0, desc("remote_address=50.0.0.5"))
 		if r.OverallCode != over {
 			t.Fatalf("deny-listed IP: got %v, want OVER_LIMIT", r.OverallCode)
@@ -217,7 +223,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("nested descriptors match at their depth only", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		r := f.ask(t, 0, desc("message_type=marketing", "to_number=2061111111"), desc("to_number=2061111111"))
 		wantStatus(t, "marketing", r.Statuses[0], ok, 4, 5)
 		wantStatus(t, "per number", r.Statuses[1], ok, 99, 100)
@@ -231,7 +237,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("an unknown domain or descriptor is OK with no limit", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		resp, err := f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "nope", Descriptors: []*rlv3.RateLimitDescriptor{desc("a=b")}})
 		if err != nil || resp.OverallCode != ok || resp.Statuses[0].CurrentLimit != nil {
 			t.Fatalf("unknown domain: got %v, %v", resp, err)
@@ -240,14 +246,14 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("unlimited answers MaxUint32 remaining and no current_limit", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		for range 3 {
 			wantStatus(t, "unlimited", f.ask(t, 1000, desc("ldap=x")).Statuses[0], ok, math.MaxUint32, -1)
 		}
 	})
 
 	t.Run("shadow mode answers OK, counts what it would deny, and blocks nothing", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		for i := range 4 {
 			r := f.ask(t, 0, desc("service=auth", "user=user-a"), desc("remote_address=10.9.9.9"))
 			if r.OverallCode != ok {
@@ -270,7 +276,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("replaces drops the replaced rule and leaves its bucket alone", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		r := f.ask(t, 0, desc("key_1=value_1", "user=bkthomps"), desc("key_2=value_2", "user=bkthomps"))
 		wantStatus(t, "replaced", r.Statuses[0], ok, 0, -1)
 		wantStatus(t, "replacing", r.Statuses[1], ok, 9, 10)
@@ -278,7 +284,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("share_threshold shares one bucket across a wildcard; without it each value has its own", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		wantStatus(t, "a.pdf", f.ask(t, 0, desc("files=files/a.pdf")).Statuses[0], ok, 2, 3)
 		wantStatus(t, "b.csv", f.ask(t, 0, desc("files=files/b.csv")).Statuses[0], ok, 1, 3)
 		wantStatus(t, "c.txt", f.ask(t, 0, desc("files=files/c.txt")).Statuses[0], ok, 0, 3)
@@ -289,7 +295,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("a wildcard within a value matches prefix and suffix, and detailed_metric keys by value", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		wantStatus(t, "match", f.ask(t, 0, desc("path=/api/123/action")).Statuses[0], ok, 1, 2)
 		wantStatus(t, "other value", f.ask(t, 0, desc("path=/api/456/action")).Statuses[0], ok, 1, 2)
 		wantStatus(t, "no match", f.ask(t, 0, desc("path=/api/123/other")).Statuses[0], ok, 0, -1)
@@ -299,7 +305,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("hits_addend: the request's, a descriptor's own, and 0 looks without consuming", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		wantStatus(t, "request hits 4", f.ask(t, 4, desc("remote_address=1.1.1.1")).Statuses[0], ok, 6, 10)
 		d := desc("remote_address=1.1.1.1")
 		d.HitsAddend = wrapperspb.UInt64(2)
@@ -315,7 +321,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("hits_addend above the capacity is OVER_LIMIT and charges no descriptor", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		big := desc("remote_address=2.2.2.2")
 		big.HitsAddend = wrapperspb.UInt64(math.MaxUint64)
 		r := f.ask(t, 0, big, desc("to_number=42"))
@@ -329,7 +335,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("all or nothing: a request with one descriptor over its limit charges none", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		for range 5 {
 			f.ask(t, 0, desc("message_type=marketing", "to_number=7"))
 		}
@@ -343,7 +349,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("two descriptors on one bucket add their hits", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		r := f.ask(t, 3, desc("remote_address=3.3.3.3"), desc("remote_address=3.3.3.3"))
 		wantStatus(t, "first", r.Statuses[0], ok, 4, 10)
 		wantStatus(t, "second", r.Statuses[1], ok, 4, 10)
@@ -354,7 +360,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("a descriptor's own limit overrides the file", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		d := desc("remote_address=4.4.4.4")
 		d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE}
 		wantStatus(t, "1", f.ask(t, 0, d).Statuses[0], ok, 1, 2)
@@ -373,7 +379,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("burst, our extension, sets the capacity", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		for i := range 5 {
 			wantStatus(t, "burst", f.ask(t, 0, desc("burst_key=k")).Statuses[0], ok, uint32(4-i), 60)
 		}
@@ -383,7 +389,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("response headers, the peer's and the httpapi fields", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{Enabled: true, Remaining: "X-Left"})
+		f := serve(t, newStore(t), e2eConfig, Headers{Enabled: true, Remaining: "X-Left"})
 		r := f.ask(t, 0, desc("remote_address=5.5.5.5"), desc("burst_key=5"))
 		got := map[string]string{}
 		for _, h := range r.ResponseHeadersToAdd {
@@ -402,7 +408,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("malformed requests are INVALID_ARGUMENT", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		neg := desc("a=b")
 		neg.IsNegativeHits = true
 		many := make([]*rlv3.RateLimitDescriptor, MaxDescriptors+1)
@@ -436,7 +442,7 @@ func TestShouldRateLimitEndToEnd(t *testing.T) {
 	})
 
 	t.Run("metrics count hits, over limit and near limit per rule", func(t *testing.T) {
-		f := serve(t, memstore.New(), e2eConfig, Headers{})
+		f := serve(t, newStore(t), e2eConfig, Headers{})
 		for range 12 {
 			f.ask(t, 0, desc("remote_address=6.6.6.6"))
 		}
