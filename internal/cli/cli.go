@@ -41,6 +41,7 @@ func init() {
 		{"peek", "--redis URL [flags] SUBJECT", "show a subject's bucket without taking anything", runBucket("peek")},
 		{"reset", "--redis URL [flags] SUBJECT", "delete a subject's bucket, so that it starts full", runBucket("reset")},
 		{"bench", "[flags]", "drive a store with concurrent checks and report decisions/s and latency", runBench},
+		{"envoy-bench", "[flags]", "drive Envoy's rate limit service over gRPC and report calls/s and latency", runEnvoyBench},
 	}
 }
 

@@ -16,6 +16,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/exactlimit/ratelimit/internal/redistest"
 )
 
 // waitLog waits until re matches stderr, or serve exits, or 5 s pass.
@@ -176,3 +178,35 @@ func TestServeEnvoyRefusesABadConfig(t *testing.T) {
 	}
 }
 
+
+// TestEnvoyBench runs the gRPC load generator briefly, on the embedded store
+// and on a real redis-server, and checks that it reports calls/s and
+// latency and that the rule limited it. It measures nothing.
+func TestEnvoyBench(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		store string
+	}{
+		{"embedded", nil, "memory (embedded"},
+		{"redis", []string{"--redis", "redis://" + srv.Addr()}, srv.Addr()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			args := append([]string{"envoy-bench", "--concurrency", "2", "--subjects", "3", "--rate", "5", "--duration", "300ms"}, tc.args...)
+			if code := Main(context.Background(), args, Env{Stdout: &stdout, Stderr: &stderr}); code != 0 {
+				t.Fatalf("exit %d: %s %s", code, stdout.String(), stderr.String())
+			}
+			out := stdout.String()
+			for _, want := range []string{tc.store, "calls/s", "latency     p50 ", " p99 ", "OVER_LIMIT)"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("report lacks %q:\n%s", want, out)
+				}
+			}
+			if strings.Contains(out, "(0 OVER_LIMIT)") || strings.Contains(out, "errors") {
+				t.Errorf("3 subjects at 5/s for 300ms: want denials and no errors:\n%s", out)
+			}
+		})
+	}
+}
