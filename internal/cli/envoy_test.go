@@ -178,7 +178,6 @@ func TestServeEnvoyRefusesABadConfig(t *testing.T) {
 	}
 }
 
-
 // TestEnvoyBench runs the gRPC load generator briefly, on the embedded store
 // and on a real redis-server, and checks that it reports calls/s and
 // latency and that the rule limited it. It measures nothing.
