@@ -3,12 +3,18 @@ package envoyrls
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/redistest"
 	"github.com/exactlimit/ratelimit/redisstore"
 )
@@ -89,4 +95,51 @@ func TestTwoServicesShareBuckets(t *testing.T) {
 	}
 	// All or nothing across both: the 20 denials charged to_number nothing.
 	wantStatus(t, "to_number", fs[1].ask(t, 0, desc("to_number=shared")).Statuses[0], ok, 89, 100)
+}
+
+// TestOutageBehaviours: with Redis dead, the outage behaviour of package
+// fallback answers every request: fail-closed is OVER_LIMIT (Envoy would
+// admit on an error with its default failure_mode_deny: false), fail-open is
+// OK, local-fallback decides on a local bucket, and return-error is
+// UNAVAILABLE, for Envoy's failure_mode_deny to decide.
+func TestOutageBehaviours(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := redistest.NewClient(srv.Addr())
+	t.Cleanup(func() { client.Close() })
+	srv.Kill()
+	for _, tc := range []struct {
+		outage ratelimit.Outage
+		want   string // the codes of 12 requests; e for an error
+	}{
+		{ratelimit.FailClosed, "------------"},
+		{ratelimit.FailOpen, "++++++++++++"},
+		{ratelimit.LocalFallback, "++++++++++--"},
+		{ratelimit.ReturnError, "eeeeeeeeeeee"},
+	} {
+		t.Run(tc.outage.String(), func(t *testing.T) {
+			fb, err := fallback.New(redisstore.New(client), fallback.WithOutage(tc.outage), fallback.WithTimeout(200*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := serve(t, fb, e2eConfig, Headers{})
+			var got strings.Builder
+			for range 12 {
+				resp, err := f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
+					Descriptors: []*rlv3.RateLimitDescriptor{desc("remote_address=down"), desc("to_number=down")}})
+				switch {
+				case status.Code(err) == codes.Unavailable:
+					got.WriteByte('e')
+				case err != nil:
+					t.Fatalf("got %v, want UNAVAILABLE or a response", err)
+				case resp.OverallCode == ok:
+					got.WriteByte('+')
+				default:
+					got.WriteByte('-')
+				}
+			}
+			if got.String() != tc.want {
+				t.Errorf("got %s, want %s", got.String(), tc.want)
+			}
+		})
+	}
 }
