@@ -217,6 +217,7 @@ type check struct {
 type bucket struct {
 	key        string
 	limit      ratelimit.Limit
+	limits     []ratelimit.Limit // the Limiter's: {limit}, or nil for rpu 0
 	cost       int64 // 0 peeks
 	shadow     bool
 	impossible bool // no bucket can ever hold the cost: rpu 0, or above capacity
@@ -430,8 +431,9 @@ func (s *Service) buckets(checks []check) []*bucket {
 			continue
 		}
 		var key string
+		var limits []ratelimit.Limit
 		if c.lim != nil {
-			key = c.lim.Key(c.subject)
+			key, limits = c.lim.Key(c.subject), c.lim.Limits()
 		} else {
 			key = r.namespace + "\x00" + c.subject // rpu 0: never stored
 		}
@@ -443,7 +445,7 @@ func (s *Service) buckets(checks []check) []*bucket {
 			}
 		}
 		if b == nil {
-			b = &bucket{key: key, limit: r.limit, shadow: r.ShadowMode, impossible: r.RequestsPerUnit == 0}
+			b = &bucket{key: key, limit: r.limit, limits: limits, shadow: r.ShadowMode, impossible: r.RequestsPerUnit == 0}
 			out = append(out, b)
 		}
 		c.bucket = b
@@ -543,7 +545,7 @@ func (s *Service) run(ctx context.Context, buckets []*bucket, now time.Time, pee
 			b.d = ratelimit.Decision{}
 			continue
 		}
-		r := ratelimit.Request{Limits: []ratelimit.Limit{b.limit}, Cost: b.cost, Peek: peek || b.cost == 0, Now: now}
+		r := ratelimit.Request{Limits: b.limits, Cost: b.cost, Peek: peek || b.cost == 0, Now: now}
 		items = append(items, ratelimit.BatchItem{Key: b.key, Request: r})
 		idx = append(idx, b)
 	}
@@ -623,7 +625,7 @@ func (s *Service) responseHeaders(c *check, st *rlsv3.RateLimitResponse_Descript
 		now = s.clock()
 	}
 	h := http.Header{}
-	httplimit.SetHeaders(h, name, []ratelimit.Limit{b.limit}, b.d, now)
+	httplimit.SetHeaders(h, name, b.limits, b.d, now)
 	for _, k := range []string{"RateLimit-Policy", "RateLimit"} {
 		if v := h.Get(k); v != "" {
 			out = append(out, &corev3.HeaderValue{Key: k, Value: v})
