@@ -35,7 +35,9 @@ descriptors:
 	if err != nil {
 		log.Fatal(err)
 	}
-	entry := func(k, v string) *rlv3.RateLimitDescriptor_Entry { return &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v} }
+	entry := func(k, v string) *rlv3.RateLimitDescriptor_Entry {
+		return &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
 	req := &rlsv3.RateLimitRequest{Domain: "messaging", Descriptors: []*rlv3.RateLimitDescriptor{
 		{Entries: []*rlv3.RateLimitDescriptor_Entry{entry("message_type", "marketing"), entry("to_number", "2061111111")}},
 		{Entries: []*rlv3.RateLimitDescriptor_Entry{entry("to_number", "2061111111")}},

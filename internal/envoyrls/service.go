@@ -218,7 +218,7 @@ type bucket struct {
 	key        string
 	limit      ratelimit.Limit
 	limits     []ratelimit.Limit // the Limiter's: {limit}, or nil for rpu 0
-	cost       int64 // 0 peeks
+	cost       int64             // 0 peeks
 	shadow     bool
 	impossible bool // no bucket can ever hold the cost: rpu 0, or above capacity
 	d          ratelimit.Decision
