@@ -1,6 +1,8 @@
 package envoyrls
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -83,7 +85,20 @@ func subjectOf(entries []*rlv3.RateLimitDescriptor_Entry, path []*node, hows []h
 		}
 		frame(&b, v)
 	}
-	return b.String()
+	return shorten(b.String())
+}
+
+// maxSubjectBytes bounds a subject as the store keeps it: a longer one is
+// kept as its SHA-256, which starts with '#' where a framed subject starts
+// with ':', so the two forms never meet.
+const maxSubjectBytes = 256
+
+func shorten(subject string) string {
+	if len(subject) <= maxSubjectBytes {
+		return subject
+	}
+	sum := sha256.Sum256([]byte(subject))
+	return "#" + hex.EncodeToString(sum[:])
 }
 
 // metricKey is the peer's statistics key for a matched descriptor: the

@@ -402,7 +402,7 @@ func (s *Service) overrideCheck(c *check, domain string, d *rlv3.RateLimitDescri
 		}
 	}
 	r := &Rule{Domain: domain, Path: stat.String(), Unit: name, RequestsPerUnit: o.RequestsPerUnit, Capacity: int64(o.RequestsPerUnit), namespace: b.String()}
-	c.rule, c.subject, c.metric = r, subj.String(), r.Path
+	c.rule, c.subject, c.metric = r, shorten(subj.String()), r.Path
 	c.override = &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: o.RequestsPerUnit, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(o.Unit), UnitMultiplier: o.UnitMultiplier}
 	if o.RequestsPerUnit == 0 {
 		return nil
@@ -497,9 +497,9 @@ func (s *Service) decide(ctx context.Context, buckets []*bucket) error {
 			return err
 		}
 		for _, b := range peeks {
-			if b.impossible {
-				b.d.Allowed = false
-			}
+			// A look says whether one token is there; the status says
+			// whether the cost was.
+			b.d.Allowed = b.d.Allowed && !b.impossible && b.d.Remaining >= max(b.cost, 1)
 		}
 	}
 	for len(active) > 0 {

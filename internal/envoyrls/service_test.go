@@ -550,3 +550,14 @@ func TestConcurrentAllOrNothing(t *testing.T) {
 	}
 	wantStatus(t, "the roomy bucket, charged once per admission", f.ask(t, 0, desc("to_number=race")).Statuses[0], ok, 89, 100)
 }
+
+func TestLongValuesKeepTheirOwnBuckets(t *testing.T) {
+	f := serve(t, memstore.New(), e2eConfig, Headers{})
+	long := strings.Repeat("v", MaxEntryBytes)
+	a, b := long[:len(long)-1]+"a", long[:len(long)-1]+"b"
+	for range 10 {
+		f.ask(t, 0, desc("remote_address="+a))
+	}
+	wantStatus(t, "a spent", f.ask(t, 0, desc("remote_address="+a)).Statuses[0], over, 0, 10)
+	wantStatus(t, "b, its own bucket", f.ask(t, 0, desc("remote_address="+b)).Statuses[0], ok, 9, 10)
+}
