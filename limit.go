@@ -134,6 +134,14 @@ func (l Limit) rate() rate {
 	return rate{l.Capacity, r / g, p / g}
 }
 
+// Lowest returns l in lowest terms: the same capacity, and RefillTokens and
+// RefillPeriod (in µs) divided by their greatest common divisor. PerSecond(10)
+// in lowest terms is 10 tokens, refilled 1 every 100 ms. l must be valid.
+func (l Limit) Lowest() Limit {
+	k := l.rate()
+	return Limit{Capacity: k.c, RefillTokens: k.r, RefillPeriod: time.Duration(k.p) * time.Microsecond}
+}
+
 // Same reports whether l and m are the same policy: the same capacity, and the
 // same refill rate once reduced to lowest terms (10 per second is 1 per 100
 // ms). A bucket written by one is the bucket of the other, with no carry-over.

@@ -59,9 +59,39 @@ type Band struct {
 //
 // ttl is how long the store should keep the new state: until the bucket would
 // be full again, rounded up to the millisecond, and at least a millisecond.
-// write is false when nothing needs to be stored: a peek takes nothing and
-// changes nothing, so it never writes, whichever policy wrote the bucket.
+// write reports whether st changed and must be stored: only when tokens were
+// taken. A denial and a peek take nothing and change nothing, whichever
+// policy wrote the bucket (the refill they saw is the same refill the next
+// check sees).
 func (st *State) Step(r Request, now int64) (d Decision, ttl time.Duration, write bool) {
+	return st.step(r, now, true)
+}
+
+// StepAll decides several requests as one, all or nothing, each on its own
+// bucket: sts[i] is the state of the bucket rs[i] is decided on, and each
+// bucket must appear once. When every request is allowed, each state is
+// stepped as Step would step it, ds and ttls get Step's decisions and ttls,
+// and StepAll returns true. Otherwise no state changes and each decision is
+// the one Step would give if nothing were taken: Allowed when its own bucket
+// held its cost, with the untouched balance. The Redis script decides
+// several keys the same way. ds and ttls must have len(rs) elements.
+func StepAll(sts []*State, rs []Request, now int64, ds []Decision, ttls []time.Duration) bool {
+	all := true
+	for i, r := range rs {
+		ds[i], ttls[i], _ = sts[i].step(r, now, false)
+		all = all && ds[i].Allowed
+	}
+	if all {
+		for i, r := range rs {
+			ds[i], ttls[i], _ = sts[i].Step(r, now)
+		}
+	}
+	return all
+}
+
+// step is Step; with take false it decides without taking or writing.
+func (st *State) step(r Request, now int64, take bool) (d Decision, ttl time.Duration, write bool) {
+	take = take && !r.Peek
 	limits := r.Limits
 	cost := r.Cost
 	if r.Peek {
@@ -155,7 +185,7 @@ func (st *State) Step(r Request, now int64) (d Decision, ttl time.Duration, writ
 	d.Remaining = -1
 	if allowed {
 		for i, k := range want[:len(limits)] {
-			if !r.Peek {
+			if take {
 				levels[i] -= cost * k.p
 			}
 			if tok := levels[i] / k.p; d.Remaining < 0 || tok < d.Remaining {
@@ -186,7 +216,7 @@ func (st *State) Step(r Request, now int64) (d Decision, ttl time.Duration, writ
 	d.ResetAfter = microsDuration(reset)
 	d.Limit = limits[bound]
 
-	write = !r.Peek
+	write = take && allowed
 	if write {
 		if cap(st.Bands) < len(limits) {
 			st.Bands = make([]Band, len(limits))

@@ -30,63 +30,64 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
-	_ "embed"
-	"encoding/hex"
-
-	"fmt"
-	"strconv"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// Script is the body of tokenbucket.lua, the Redis twin of ratelimit's Step.
-// It is exported so that a caller can load it ahead of time or run it
-// directly; its header comment documents KEYS, ARGV, the reply and the
-// stored value.
-//
-//go:embed tokenbucket.lua
-var Script string
-
-// ScriptSHA is the SHA-1 digest of Script, the name EVALSHA runs it by.
-var ScriptSHA = func() string {
-	sum := sha1.Sum([]byte(Script))
-	return hex.EncodeToString(sum[:])
-}()
-
 // Store keeps token buckets in Redis. It is safe for simultaneous use by
 // multiple goroutines, and does no I/O until a check.
 type Store struct {
 	client   redis.UniversalClient
+	cluster  *redis.ClusterClient // client, when it is one
 	coalesce bool
-	batch    coalescer
+	lanes    int       // pipelines in flight per master
+	single   coalescer // the queue of a single server
+	masters  sync.Map  // on Cluster: master address -> *coalescer
 
-	probeMu   sync.Mutex
-	probeOpts *redis.Options // for Ping on a single server, read at New
-	probe     *redis.Client  // Ping's own connection to a single server
+	probeMu    sync.Mutex
+	probeOpts  *redis.Options // for Ping on a single server, read at New
+	probe      *redis.Client  // Ping's own connection to a single server
+	pingMaster func(ctx context.Context, addr string) error
 }
 
 // Option configures a Store.
 type Option func(*Store)
 
 // WithoutCoalescing makes every check its own round trip. By default, checks
-// that arrive while another is in flight are sent together in one pipeline
-// when it returns (see ApplyBatch); each is still its own atomic script call.
+// that arrive while every lane of their master is in flight are sent
+// together in one pipeline when a lane comes free (see the package
+// documentation); each is still its own atomic script call.
 func WithoutCoalescing() Option { return func(s *Store) { s.coalesce = false } }
+
+// DefaultLanes is the number of pipelines a Store keeps in flight per
+// master by default.
+const DefaultLanes = 4
+
+// WithLanes sets how many checks or pipelines of checks a Store keeps in
+// flight at once per master (per server without Cluster), each on a
+// connection of its own: n at least 1, DefaultLanes by default. With more
+// than one, Redis has the next pipeline to work on while the client reads
+// the last one's reply, and a slow reply holds back only its own lane.
+func WithLanes(n int) Option {
+	return func(s *Store) {
+		if n >= 1 {
+			s.lanes = n
+		}
+	}
+}
 
 // New returns a Store over client, which may be a *redis.Client, a
 // *redis.ClusterClient, a failover client or a *redis.Ring. See the package
 // documentation for the client settings a limiter needs.
 func New(client redis.UniversalClient, opts ...Option) *Store {
-	s := &Store{client: client, coalesce: true}
+	s := &Store{client: client, coalesce: true, lanes: DefaultLanes}
 	for _, o := range opts {
 		o(s)
 	}
+	s.cluster, _ = client.(*redis.ClusterClient)
 	if c, ok := client.(*redis.Client); ok {
 		// Read once, now: go-redis may write a client's Options while it
 		// opens a connection.
@@ -136,12 +137,7 @@ func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (rat
 
 // apply sends one check: EVALSHA, and EVAL when the script is not cached.
 func (s *Store) apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
-	args := Args(r)
-	keys := []string{key}
-	res, err := s.client.EvalSha(ctx, ScriptSHA, keys, args...).Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		res, err = s.client.Eval(ctx, Script, keys, args...).Result()
-	}
+	res, err := s.eval(ctx, []string{key}, Args(r))
 	if err != nil {
 		return ratelimit.Decision{}, wrapErr("check", key, err)
 	}
@@ -150,6 +146,16 @@ func (s *Store) apply(ctx context.Context, key string, r ratelimit.Request) (rat
 		return ratelimit.Decision{}, wrapErr("check", key, err)
 	}
 	return d, nil
+}
+
+// eval runs the script once: EVALSHA, and EVAL of its body when the server
+// has not cached it (NOSCRIPT: the script did not run).
+func (s *Store) eval(ctx context.Context, keys []string, args []any) (any, error) {
+	res, err := s.client.EvalSha(ctx, ScriptSHA, keys, args...).Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		res, err = s.client.Eval(ctx, Script, keys, args...).Result()
+	}
+	return res, err
 }
 
 // Ping reports whether Redis answers, for a liveness probe (see package
@@ -194,6 +200,39 @@ func (s *Store) Close() error {
 	return err
 }
 
+// Partition names the partition of the server that keeps key's bucket: on
+// Cluster the address of the master that owns the key's slot in the client's
+// cached layout ("" before it has one), read without I/O; on a single server
+// "", one partition for every key. Package fallback keeps a liveness flag
+// per partition (see fallback.Partitioner), so a Cluster master that fails
+// leaves the other masters' subjects on the shared buckets.
+func (s *Store) Partition(ctx context.Context, key string) string {
+	if s.cluster == nil {
+		return ""
+	}
+	m, err := s.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return m.Options().Addr // set when the node client is made, never written after
+}
+
+// PingPartition checks one partition, as Ping checks them all: on Cluster a
+// PING of that master on a connection of its own (see ClusterPartitions), on
+// a single server Ping.
+func (s *Store) PingPartition(ctx context.Context, partition string) error {
+	if s.cluster == nil {
+		return s.Ping(ctx)
+	}
+	s.probeMu.Lock()
+	if s.pingMaster == nil {
+		_, s.pingMaster = ClusterPartitions(s.cluster)
+	}
+	ping := s.pingMaster
+	s.probeMu.Unlock()
+	return ping(ctx, partition)
+}
+
 // Reset deletes the bucket at key, so that its next check starts full.
 func (s *Store) Reset(ctx context.Context, key string) error {
 	if err := s.client.Del(ctx, key).Err(); err != nil {
@@ -205,6 +244,8 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 // DecisionCmd is a check queued on a pipeline. Its Result is ready once the
 // pipeline has been executed.
 type DecisionCmd struct {
+	s   *Store
+	ctx context.Context
 	r   ratelimit.Request
 	cmd *redis.Cmd
 	err error
@@ -212,12 +253,17 @@ type DecisionCmd struct {
 }
 
 // Result returns the check's Decision, or the error that kept it from being
-// decided.
+// decided. When the server did not have the script cached (NOSCRIPT: the
+// script did not run), Result runs it once more, by itself, as an EVAL of
+// its body; later pipelines find it cached.
 func (c *DecisionCmd) Result() (ratelimit.Decision, error) {
 	if c.err != nil {
 		return ratelimit.Decision{}, c.err
 	}
 	res, err := c.cmd.Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		res, err = c.s.client.Eval(c.ctx, Script, []string{c.key}, Args(c.r)...).Result()
+	}
 	if err != nil {
 		return ratelimit.Decision{}, wrapErr("check", c.key, err)
 	}
@@ -230,78 +276,14 @@ func (c *DecisionCmd) Result() (ratelimit.Decision, error) {
 
 // Queue puts a check of r on the bucket at key on pipe, beside whatever
 // else the pipeline carries, and returns the command whose Result holds the
-// Decision after pipe.Exec. A pipeline cannot react to NOSCRIPT, so the check
-// is queued as an EVAL of the script's body. An invalid request queues
-// nothing; its Result is the validation error. Limiter.Request gives the key
-// and request of a subject's check.
-func Queue(ctx context.Context, pipe redis.Pipeliner, key string, r ratelimit.Request) *DecisionCmd {
+// Decision after pipe.Exec. pipe must come from the Store's client. The check
+// is queued as an EVALSHA; see DecisionCmd.Result for a server that lacks
+// the script. An invalid request queues nothing; its Result is the
+// validation error. Limiter.Request gives the key and request of a subject's
+// check.
+func (s *Store) Queue(ctx context.Context, pipe redis.Pipeliner, key string, r ratelimit.Request) *DecisionCmd {
 	if err := r.Validate(); err != nil {
 		return &DecisionCmd{err: err}
 	}
-	return &DecisionCmd{r: r, key: key, cmd: pipe.Eval(ctx, Script, []string{key}, Args(r)...)}
-}
-
-// Args returns the script's ARGV for r, which must be valid.
-func Args(r ratelimit.Request) []any {
-	args := make([]any, 3, 3+3*len(r.Limits))
-	args[0] = ""
-	if !r.Now.IsZero() {
-		args[0] = r.Now.UnixMicro()
-	}
-	args[1] = r.Cost
-	args[2] = "0"
-	if r.Peek {
-		args[1], args[2] = 1, "1"
-	}
-	for _, l := range r.Limits {
-		args = append(args, l.Capacity, l.RefillTokens, l.RefillPeriod.Microseconds())
-	}
-	return args
-}
-
-// ParseReply turns the script's reply to r into a Decision.
-func ParseReply(r ratelimit.Request, reply any) (ratelimit.Decision, error) {
-	v, ok := reply.([]any)
-	if !ok || len(v) != 5 {
-		return ratelimit.Decision{}, fmt.Errorf("unexpected script reply %v", reply)
-	}
-	var n [5]int64
-	for i, x := range v {
-		if n[i], ok = x.(int64); !ok {
-			return ratelimit.Decision{}, fmt.Errorf("unexpected script reply %v", reply)
-		}
-	}
-	if n[4] < 0 || n[4] >= int64(len(r.Limits)) {
-		return ratelimit.Decision{}, fmt.Errorf("unexpected script reply %v", reply)
-	}
-	return ratelimit.Decision{
-		Allowed:    n[0] == 1,
-		Remaining:  n[1],
-		RetryAfter: micros(n[2]),
-		ResetAfter: micros(n[3]),
-		Limit:      r.Limits[n[4]],
-	}, nil
-}
-
-func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
-
-// wrapErr adds the operation and key to err, and makes the script's own
-// errors match the sentinels they stand for.
-func wrapErr(op, key string, err error) error {
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "ratelimit: invalid argument: "):
-		return fmt.Errorf("%w: redis %s of %s: %s", ratelimit.ErrInvalidArgument, op, strconv.Quote(key), after(msg, "ratelimit: invalid argument: "))
-	case strings.Contains(msg, "ratelimit: malformed bucket state: "):
-		return fmt.Errorf("%w: redis %s of %s: %s", ratelimit.ErrCorruptState, op, strconv.Quote(key), after(msg, "ratelimit: malformed bucket state: "))
-	}
-	return fmt.Errorf("ratelimit: redis %s of %s: %w", op, strconv.Quote(key), err)
-}
-
-// after returns the part of a script error after sep, without the " script:
-// <sha>, on @user_script:N." suffix Redis appends.
-func after(s, sep string) string {
-	_, rest, _ := strings.Cut(s, sep)
-	rest, _, _ = strings.Cut(rest, " script: ")
-	return rest
+	return &DecisionCmd{s: s, ctx: ctx, r: r, key: key, cmd: pipe.EvalSha(ctx, ScriptSHA, []string{key}, Args(r)...)}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -77,37 +78,45 @@ func lim(capacity, refill int64, period time.Duration) ratelimit.Limit {
 	return ratelimit.Limit{Capacity: capacity, RefillTokens: refill, RefillPeriod: period}
 }
 
+// rawArgs is the script's ARGV for one key, built without any Go check or
+// reduction: time, cost, the number of limits, then c, r, p and signature per
+// limit, as the header of tokenbucket.lua documents it.
+func rawArgs(now any, cost any, limits ...[3]any) []any {
+	args := []any{now, cost, len(limits)}
+	for _, l := range limits {
+		args = append(args, l[0], l[1], l[2], "sig")
+	}
+	return args
+}
+
 func TestScriptChecksTheSameRulesInTheSameWords(t *testing.T) {
 	_, client := standalone(t)
 	ctx := context.Background()
 	us := func(d time.Duration) int64 { return int64(d / time.Microsecond) }
+	sec := us(time.Second)
 	tests := []struct {
 		name string
 		r    ratelimit.Request
 		argv []any // the same request as the script sees it
 	}{
-		{"capacity 0", ratelimit.Request{Limits: []ratelimit.Limit{lim(0, 1, time.Second)}, Cost: 1}, []any{"", 1, 0, 0, 1, us(time.Second)}},
-		{"capacity negative", ratelimit.Request{Limits: []ratelimit.Limit{lim(-4, 1, time.Second)}, Cost: 1}, []any{"", 1, 0, -4, 1, us(time.Second)}},
-		{"refill tokens 0", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 0, time.Second)}, Cost: 1}, []any{"", 1, 0, 1, 0, us(time.Second)}},
-		{"period 0", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 1, 0)}, Cost: 1}, []any{"", 1, 0, 1, 1, 0}},
-		{"period below 1µs", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 1, 500)}, Cost: 1}, []any{"", 1, 0, 1, 1, "0.5"}},
-		{"period not whole µs", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 1, 1500)}, Cost: 1}, []any{"", 1, 0, 1, 1, "1.5"}},
-		{"capacity × period too large", ratelimit.Request{Limits: []ratelimit.Limit{lim(1<<33, 1, time.Hour)}, Cost: 1}, []any{"", 1, 0, int64(1) << 33, 1, us(time.Hour)}},
-		{"capacity × period just too large", ratelimit.Request{Limits: []ratelimit.Limit{lim(1<<52+1, 1, time.Microsecond)}, Cost: 1}, []any{"", 1, 0, int64(1)<<52 + 1, 1, 1}},
-		{"refill tokens too large", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 1<<52+1, time.Second)}, Cost: 1}, []any{"", 1, 0, 1, int64(1)<<52 + 1, us(time.Second)}},
-		{"cost 0", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 0}, []any{"", 0, 0, 5, 5, us(time.Second)}},
-		{"cost above capacity", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 6}, []any{"", 6, 0, 5, 5, us(time.Second)}},
-		{"no limits", ratelimit.Request{Cost: 1}, []any{"", 1, 0}},
-		{"nine limits", ratelimit.Request{Limits: make([]ratelimit.Limit, 9), Cost: 1}, append([]any{"", 1, 0}, func() []any {
-			var a []any
-			for range 9 {
-				a = append(a, 1, 1, 1)
-			}
-			return a
-		}()...)},
-		{"second limit invalid", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5), lim(5, 0, time.Second)}, Cost: 1}, []any{"", 1, 0, 5, 5, us(time.Second), 5, 0, us(time.Second)}},
-		{"time before the epoch", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 1, Now: time.UnixMicro(-1)}, []any{-1, 1, 0, 5, 5, us(time.Second)}},
-		{"time too late", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 1, Now: time.UnixMicro(ratelimit.MaxExact + 1)}, []any{ratelimit.MaxExact + 1, 1, 0, 5, 5, us(time.Second)}},
+		{"capacity 0", ratelimit.Request{Limits: []ratelimit.Limit{lim(0, 1, time.Second)}, Cost: 1}, rawArgs("", 1, [3]any{0, 1, sec})},
+		{"capacity negative", ratelimit.Request{Limits: []ratelimit.Limit{lim(-4, 1, time.Second)}, Cost: 1}, rawArgs("", 1, [3]any{-4, 1, sec})},
+		{"refill tokens 0", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 0, time.Second)}, Cost: 1}, rawArgs("", 1, [3]any{1, 0, sec})},
+		{"period 0", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 1, 0)}, Cost: 1}, rawArgs("", 1, [3]any{1, 1, 0})},
+		{"period below 1µs", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 1, 500)}, Cost: 1}, rawArgs("", 1, [3]any{1, 1, "0.5"})},
+		{"period not whole µs", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 1, 1500)}, Cost: 1}, rawArgs("", 1, [3]any{1, 1, "1.5"})},
+		{"capacity too large", ratelimit.Request{Limits: []ratelimit.Limit{lim(1<<53+1, 1, time.Microsecond)}, Cost: 1}, rawArgs("", 1, [3]any{int64(1)<<53 + 1, 1, 1})},
+		{"refill tokens too large", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 1<<53+1, time.Second)}, Cost: 1}, rawArgs("", 1, [3]any{1, int64(1)<<53 + 1, sec})},
+		{"period too large", ratelimit.Request{Limits: []ratelimit.Limit{lim(1, 1, (1<<53+1)*time.Microsecond)}, Cost: 1}, rawArgs("", 1, [3]any{1, 1, int64(1)<<53 + 1})},
+		{"capacity × period too large", ratelimit.Request{Limits: []ratelimit.Limit{lim(1<<33, 1, time.Hour)}, Cost: 1}, rawArgs("", 1, [3]any{int64(1) << 33, 1, us(time.Hour)})},
+		{"capacity × period just too large", ratelimit.Request{Limits: []ratelimit.Limit{lim(1<<52+1, 1, 2*time.Microsecond)}, Cost: 1}, rawArgs("", 1, [3]any{int64(1)<<52 + 1, 1, 2})},
+		{"cost 0", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 0}, rawArgs("", 0, [3]any{5, 1, 200000})},
+		{"cost above capacity", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 6}, rawArgs("", 6, [3]any{5, 1, 200000})},
+		{"no limits", ratelimit.Request{Cost: 1}, rawArgs("", 1)},
+		{"nine limits", ratelimit.Request{Limits: make([]ratelimit.Limit, 9), Cost: 1}, rawArgs("", 1, [3]any{1, 1, 1}, [3]any{1, 1, 1}, [3]any{1, 1, 1}, [3]any{1, 1, 1}, [3]any{1, 1, 1}, [3]any{1, 1, 1}, [3]any{1, 1, 1}, [3]any{1, 1, 1}, [3]any{1, 1, 1})},
+		{"second limit invalid", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5), lim(5, 0, time.Second)}, Cost: 1}, rawArgs("", 1, [3]any{5, 1, 200000}, [3]any{5, 0, sec})},
+		{"time before the epoch", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 1, Now: time.UnixMicro(-1)}, rawArgs(-1, 1, [3]any{5, 1, 200000})},
+		{"time too late", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 1, Now: time.UnixMicro(ratelimit.MaxTime + 1)}, rawArgs(ratelimit.MaxTime+1, 1, [3]any{5, 1, 200000})},
 	}
 	rule := func(err error) string {
 		msg := err.Error()
@@ -129,9 +138,10 @@ func TestScriptChecksTheSameRulesInTheSameWords(t *testing.T) {
 	}
 	// And both accept the largest exact values.
 	for _, argv := range [][]any{
-		{"", 1, 0, int64(1) << 52, int64(1) << 52, 1},
-		{ratelimit.MaxExact, 1, 0, 1, 1, 1},
-		{0, 1, 1, 1, 1, 1},
+		rawArgs("", 1, [3]any{int64(1) << 53, int64(1) << 53, 1}),
+		rawArgs("", 1, [3]any{1, 1, int64(1) << 53}),
+		rawArgs(ratelimit.MaxTime, 1, [3]any{1, 1, 1}),
+		rawArgs(0, -1, [3]any{1, 1, 1}),
 	} {
 		if _, err := exec(ctx, client, "twin-ok", argv...); err != nil {
 			t.Errorf("script refused %v: %v", argv, err)
@@ -139,13 +149,13 @@ func TestScriptChecksTheSameRulesInTheSameWords(t *testing.T) {
 	}
 	// Values Go's types cannot express are refused too.
 	for _, argv := range [][]any{
-		{"", "1.5", 0, 5, 5, 1000000},
-		{"", 1, 0, "2.5", 5, 1000000},
-		{"", 1, 0, "x", 5, 1000000},
-		{"", 1, 2, 5, 5, 1000000},
-		{"1.5", 1, 0, 5, 5, 1000000},
-		{"", 1, 0, "nan", 5, 1000000},
-		{"", 1, 0, "inf", 5, 1000000},
+		rawArgs("", "1.5", [3]any{5, 5, 1000000}),
+		rawArgs("", 1, [3]any{"2.5", 5, 1000000}),
+		rawArgs("", 1, [3]any{"x", 5, 1000000}),
+		rawArgs("1.5", 1, [3]any{5, 5, 1000000}),
+		rawArgs("", 1, [3]any{"nan", 5, 1000000}),
+		rawArgs("", 1, [3]any{"inf", 5, 1000000}),
+		{"", 1, 1, 5, 5, 1000000}, // no signature
 	} {
 		if _, err := exec(ctx, client, "twin-bad", argv...); err == nil || !strings.Contains(err.Error(), "ratelimit: invalid argument: ") {
 			t.Errorf("script accepted %v: err = %v", argv, err)
@@ -157,7 +167,7 @@ func TestScriptChecksTheSameRulesInTheSameWords(t *testing.T) {
 }
 
 // encodeState writes a bucket in the script's stored format: last, then per
-// band its level and its limit (see the header of tokenbucket.lua).
+// band its level and its limit as given (see the header of tokenbucket.lua).
 func encodeState(last int64, bands ...ratelimit.Band) string {
 	b := appendUint7(nil, last)
 	for _, band := range bands {
@@ -167,6 +177,13 @@ func encodeState(last int64, bands ...ratelimit.Band) string {
 		b = binary.AppendUvarint(b, uint64(band.Limit.RefillPeriod.Microseconds()))
 	}
 	return string(b)
+}
+
+// lowest returns a band of limit in lowest terms holding tokens whole tokens
+// and frac of the next in units of 1/p, as the script stores it.
+func lowest(limit ratelimit.Limit, tokens, frac int64) ratelimit.Band {
+	lo := limit.Lowest()
+	return ratelimit.Band{Limit: lo, Level: tokens*lo.RefillPeriod.Microseconds() + frac}
 }
 
 func appendUint7(b []byte, v int64) []byte {
@@ -192,18 +209,25 @@ func TestStoredFormat(t *testing.T) {
 	l, _ := ratelimit.New[string](redisstore.New(client), limit, ratelimit.WithClock(func() time.Time { return now }))
 	l.TryAcquireN(ctx, "s", 3)
 	raw, _ := client.Get(ctx, l.Key("s")).Result()
-	p := limit.RefillPeriod.Microseconds()
-	want := encodeState(now.UnixMicro(), ratelimit.Band{Limit: limit, Level: 997 * p})
+	// 1000 per second is, in lowest terms, 1 per 1000 µs: a level in
+	// thousandths of a token.
+	want := encodeState(now.UnixMicro(), lowest(limit, 997, 0))
 	if raw != want {
 		t.Fatalf("stored %x, want %x", raw, want)
 	}
-	if len(raw) != 21 {
-		t.Fatalf("a bucket of 1000/s takes %d bytes, want 21", len(raw))
+	if len(raw) != 19 {
+		t.Fatalf("a bucket of 1000/s takes %d bytes, want 19", len(raw))
 	}
 	// A bucket written by hand in the documented format is read back.
-	client.Set(ctx, l.Key("h"), encodeState(now.UnixMicro(), ratelimit.Band{Limit: limit, Level: 5*p + p/2}), time.Minute)
-	if d, err := l.Peek(ctx, "h"); err != nil || d.Remaining != 5 {
+	client.Set(ctx, l.Key("h"), encodeState(now.UnixMicro(), lowest(limit, 5, 500)), time.Minute)
+	if d, err := l.Peek(ctx, "h"); err != nil || d.Remaining != 5 || d.Converted {
 		t.Fatalf("a hand-written bucket of 5.5 tokens: %+v %v", d, err)
+	}
+	// A bucket written in other terms is another policy's: converted, its
+	// whole tokens and its part of a token carried over.
+	client.Set(ctx, l.Key("o"), encodeState(now.UnixMicro(), ratelimit.Band{Limit: limit, Level: 5*1_000_000 + 500_000}), time.Minute)
+	if d, err := l.Peek(ctx, "o"); err != nil || d.Remaining != 5 || !d.Converted {
+		t.Fatalf("a bucket in other terms: %+v %v", d, err)
 	}
 }
 
@@ -213,7 +237,7 @@ func TestMalformedStateIsAnErrorAndGrantsNothing(t *testing.T) {
 	limit := ratelimit.PerSecond(10)
 	l, _ := ratelimit.New[string](redisstore.New(client), limit)
 	now := time.Now().UnixMicro()
-	ok := ratelimit.Band{Limit: limit, Level: 5_000_000}
+	ok := lowest(limit, 5, 0)
 	band := func(level, c, r int64, p time.Duration) ratelimit.Band {
 		return ratelimit.Band{Limit: ratelimit.Limit{Capacity: c, RefillTokens: r, RefillPeriod: p}, Level: level}
 	}
@@ -226,12 +250,12 @@ func TestMalformedStateIsAnErrorAndGrantsNothing(t *testing.T) {
 		valid[:15],                           // a level and no limit
 		valid[:len(valid)-1],                 // a truncated varint
 		valid + "\x00",                       // a trailing byte
-		encodeState(ratelimit.MaxExact+1, ok),
+		encodeState(ratelimit.MaxTime+1, ok),
 		encodeState(now, band(10_000_001, 10, 10, time.Second)),
 		encodeState(now, band(5, 0, 10, time.Second)),
 		encodeState(now, band(5, 10, 0, time.Second)),
 		encodeState(now, band(0, 10, 10, 0)),
-		encodeState(now, band(0, 1<<33, 10, time.Hour)),
+		encodeState(now, band(0, 1<<33, 1, time.Hour)),
 		encodeState(now, ok, ok, ok, ok, ok, ok, ok, ok, ok),
 		valid[:7] + "\x00\x00\x00\x00\x00\x00\x05" + strings.Repeat("\xff", 9),
 	} {
@@ -374,20 +398,24 @@ func TestOneStringKeyPerSubjectExpiringWhenFull(t *testing.T) {
 func TestQueueOnAPipeline(t *testing.T) {
 	_, client := standalone(t)
 	ctx := context.Background()
+	client.ScriptFlush(ctx)
 	now := storetest.Start
 	l, _ := ratelimit.New[string](redisstore.New(client), ratelimit.PerSecond(2), ratelimit.WithClock(func() time.Time { return now }))
 	key, r, err := l.Request("s", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pipe := client.TxPipeline()
+	pipe := client.Pipeline()
 	set := pipe.Set(ctx, "other", "x", 0)
-	first := redisstore.Queue(ctx, pipe, key, r)
-	second := redisstore.Queue(ctx, pipe, key, r)
+	store := l.Store().(*redisstore.Store)
+	first := store.Queue(ctx, pipe, key, r)
+	second := store.Queue(ctx, pipe, key, r)
 	incr := pipe.Incr(ctx, "counter")
-	bad := redisstore.Queue(ctx, pipe, key, ratelimit.Request{Limits: r.Limits, Cost: 3})
-	if _, err := pipe.Exec(ctx); err != nil {
-		t.Fatal(err)
+	bad := store.Queue(ctx, pipe, key, ratelimit.Request{Limits: r.Limits, Cost: 3})
+	// The server has no script cached: the checks fail with NOSCRIPT (they
+	// did not run), and each Result runs its check once more.
+	if _, err := pipe.Exec(ctx); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		t.Fatalf("Exec = %v, want NOSCRIPT", err)
 	}
 	if set.Err() != nil || incr.Val() != 1 {
 		t.Fatalf("the pipeline's other commands: %v, %v", set.Err(), incr.Val())
@@ -401,6 +429,15 @@ func TestQueueOnAPipeline(t *testing.T) {
 	if _, err := bad.Result(); !errors.Is(err, ratelimit.ErrInvalidArgument) {
 		t.Fatalf("an invalid queued check: err = %v, want ErrInvalidArgument", err)
 	}
+	// From then on the script is cached: EVALSHA, no error.
+	pipe = client.Pipeline()
+	third := store.Queue(ctx, pipe, key, r)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := third.Result(); err != nil || d.Allowed {
+		t.Fatalf("third queued check = %+v, %v; want denied", d, err)
+	}
 }
 
 func TestUnreachableServerIsAnError(t *testing.T) {
@@ -413,8 +450,9 @@ func TestUnreachableServerIsAnError(t *testing.T) {
 	if err == nil || d.Allowed {
 		t.Fatalf("check against a dead server = %+v, %v; want an error", d, err)
 	}
-	if errors.Is(err, ratelimit.ErrInvalidArgument) || errors.Is(err, ratelimit.ErrCorruptState) || !strings.Contains(err.Error(), l.Key("s")) {
-		t.Fatalf("err = %v; want a connection error that names the key", err)
+	if errors.Is(err, ratelimit.ErrInvalidArgument) || errors.Is(err, ratelimit.ErrCorruptState) ||
+		!strings.Contains(err.Error(), `namespace "ratelimit"`) || strings.Contains(err.Error(), l.Key("s")) {
+		t.Fatalf("err = %v; want a connection error that names the namespace, not the key", err)
 	}
 	if err := l.Reset(ctx, "s"); err == nil {
 		t.Fatal("Reset against a dead server returned nil")
@@ -425,6 +463,10 @@ func TestUnreachableServerIsAnError(t *testing.T) {
 // backward, costs, peeks, resets, policy switches, several limits) through
 // the pure Step, memstore and the Redis script, and compares every Decision
 // and the Redis key's expiry.
+// differentialSequences is how many random sequences of 60 steps
+// TestDifferential runs; -differential.sequences=3400 runs 200,000 steps.
+var differentialSequences = flag.Int("differential.sequences", 40, "random sequences of TestDifferential")
+
 func TestDifferential(t *testing.T) {
 	_, client := standalone(t)
 	ctx := context.Background()
@@ -442,9 +484,18 @@ func TestDifferential(t *testing.T) {
 		{ratelimit.NewLimit(1, time.Microsecond, 1)},
 		{{Capacity: 1 << 32, RefillTokens: 3, RefillPeriod: 1 << 20 * time.Microsecond}},
 		{ratelimit.PerSecond(7), ratelimit.PerSecond(10)},
+		{ratelimit.PerDay(1_000_000)},
+		{ratelimit.PerHour(10_000_000)},
+		{ratelimit.NewLimit(7, 24*time.Hour, 104_249)},
+		{ratelimit.NewLimit(3, 7*time.Microsecond, 11), ratelimit.PerDay(1_000_000)},
+		{{Capacity: 10, RefillTokens: 1, RefillPeriod: 100 * time.Millisecond}}, // PerSecond(10) in other terms
+	}
+	// The transaction below cannot react to NOSCRIPT.
+	if err := client.ScriptLoad(ctx, redisstore.Script).Err(); err != nil {
+		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(7, 11))
-	for seq := range 40 {
+	for seq := range *differentialSequences {
 		key := fmt.Sprintf("diff-%d", seq)
 		var pure ratelimit.State
 		now := storetest.Start.UnixMicro()
@@ -453,6 +504,11 @@ func TestDifferential(t *testing.T) {
 			switch x := rng.IntN(100); {
 			case x < 8:
 				policy = policies[rng.IntN(len(policies))]
+				if rng.IntN(3) == 0 {
+					// A policy change behind the clock, onto a bucket
+					// that may be full.
+					now -= rng.Int64N(30_000_000)
+				}
 			case x < 12:
 				now -= rng.Int64N(2_000_000)
 			case x < 60:
@@ -490,7 +546,7 @@ func TestDifferential(t *testing.T) {
 			// The script, its key's expiry and the removal of that expiry
 			// run in one MULTI, so that no real time passes between them.
 			pipe := client.TxPipeline()
-			check := redisstore.Queue(ctx, pipe, key, r)
+			check := rs.Queue(ctx, pipe, key, r)
 			pttl := pipe.PTTL(ctx, key)
 			pipe.Persist(ctx, key)
 			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {

@@ -1,399 +1,360 @@
--- tokenbucket.lua: the exact token bucket, the twin of ratelimit's (*State).Step.
--- It decides and consumes in one atomic step, in integers below 2^53.
+-- tokenbucket.lua: the exact token bucket, the twin of ratelimit's (*State).Step and StepAll.
+-- It decides one bucket, or several as one (all or nothing), in integers of at most 2^53.
 --
--- KEYS[1]   the subject's bucket
--- ARGV[1]   now, in microseconds since the Unix epoch, or "" to read the server's TIME
--- ARGV[2]   cost, the tokens to take (ignored when peeking)
--- ARGV[3]   "1" to peek (take nothing, ask for one token), "0" to take
--- ARGV[4..] the policy, 1 to 8 limits of three values each:
---           capacity, refill tokens, refill period in microseconds
+-- KEYS[1..K]  the buckets, one per check (K = 1 for a single check)
+-- ARGV[1]     now, in µs since the Unix epoch, or "" to read the server's TIME
+-- then per key, in the order of KEYS:
+--   cost      the tokens to take; or, negative, the tokens to ask for without taking any
+--             (a peek asks for one: -1)
+--   n         the number of limits, 1 to 8
+--   n times:  capacity c, refill tokens r and refill period p in µs (the rate in lowest terms),
+--             and the limit's signature: c, r and p as unsigned LEB128 varints, as stored
 --
--- Stored value, a binary string of 21 bytes for a typical policy: last, then per limit that
--- wrote the bucket its level L and its capacity C, refill tokens R and period P (µs):
---   last (7 bytes, big-endian) { L (7 bytes, big-endian) C R P (each an unsigned LEB128 varint) }
--- last is the time up to which the bucket is refilled (µs); L is in 1/P of a token (L/P whole
--- tokens plus a remainder). The key expires (PX, at least 1 ms) once the bucket would be full.
+-- Stored value, a binary string (21 bytes for a typical policy):
+--   last (7 bytes, big-endian) { level (7 bytes, big-endian) c r p (varints) } per limit
+-- last is the time up to which the bucket is refilled (µs); a level counts in 1/p of a token
+-- (level/p whole tokens plus a remainder). Only a check that takes tokens writes; the key
+-- expires (PX) once the bucket would be full, rounded up to the millisecond, at least 1 ms.
 --
--- Reply: {allowed (1 or 0), remaining tokens, retry after (µs), reset after (µs),
---         index of the binding limit (from 0)}
+-- Reply: per key, 7 integers: allowed (1 or 0: its own bucket holds the cost), remaining
+-- tokens, retry after (µs), reset after (µs), index of the binding limit (from 0), converted
+-- (1 when another policy wrote the bucket) and the clock's catch-up (µs: the bucket's last
+-- minus now, when the clock is behind it). The caller adds the catch-up to each wait that is
+-- not 0 (the sum can pass 2^53). With several keys every cost is taken when every key is
+-- allowed, and none otherwise.
 -- Errors: "ratelimit: invalid argument: <rule>" and "ratelimit: malformed bucket state: <what>".
+--
+-- Exactness: every value is an integer of at most 2^53, and so is every product formed. For
+-- 0 <= a <= 2^53, math.ceil(a / b) is exact and math.floor(a / b) is at most one too large,
+-- which the test "q * b > a" corrects.
 
-local MAX = 4503599627370496 -- 2^52: every quantity stays within it, sums within 2^53
+local MAX = 9007199254740992     -- 2^53
+local MAXTIME = 4503599627370496 -- 2^52
+local INVALID = 'ratelimit: invalid argument: '
+local CORRUPT = 'ratelimit: malformed bucket state: '
+local floor, ceil, sub, byte = math.floor, math.ceil, string.sub, string.byte
 
-local function fail(msg)
-  error({err = 'ratelimit: invalid argument: ' .. msg})
-end
-
-local function corrupt(msg)
-  error({err = 'ratelimit: malformed bucket state: ' .. msg})
-end
-
--- int returns s as a number when it is an integer, else nil.
-local function int(s)
-  local n = tonumber(s)
-  if n == nil or n ~= n or n ~= math.floor(n) or n > 2 * MAX or n < -2 * MAX then
-    return nil
-  end
-  return n
-end
-
--- num returns s as a number, failing with what's name when it is not one.
-local function num(s, what)
-  local n = tonumber(s)
-  if n == nil or n ~= n then
-    fail(what .. ' must be a number')
-  end
-  return n
-end
-
--- divmod returns floor(a/b) and a mod b exactly, for 0 <= a <= 2^52 and 1 <= b <= 2^52.
-local function divmod(a, b)
-  local q = math.floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    q, r = q - 1, r + b
-  elseif r >= b then
-    q, r = q + 1, r - b
-  end
-  return q, r
-end
-
--- ceildiv returns ceil(a/b) exactly for a <= 2^52 and 1 <= b <= 2^52 (0 for a <= 0).
-local function ceildiv(a, b)
-  if a <= 0 then
-    return 0
-  end
-  local q, r = divmod(a, b)
-  if r > 0 then
-    q = q + 1
-  end
-  return q
-end
-
-local function floordiv(a, b)
-  local q = divmod(a, b)
-  return q
-end
-
--- The request, checked by Limit.Validate's rules in its order and words (and, where Go's
--- types rule them out, that each value is an integer).
-local n = (#ARGV - 3) / 3
-if n < 1 or n ~= math.floor(n) then
-  fail('a policy needs at least one limit')
-end
-if n > 8 then
-  fail('a policy may combine at most 8 limits')
-end
-local lc, lr, lp = {}, {}, {}
-for i = 1, n do
-  local prefix = ''
-  if n > 1 then
-    prefix = 'limit ' .. (i - 1) .. ': '
-  end
-  local c = num(ARGV[1 + 3 * i], prefix .. 'capacity')
-  local r = num(ARGV[2 + 3 * i], prefix .. 'refill tokens')
-  local p = num(ARGV[3 + 3 * i], prefix .. 'refill period')
-  if c < 1 then fail(prefix .. 'capacity must be at least 1') end
-  if c ~= math.floor(c) then fail(prefix .. 'capacity must be an integer') end
-  if r < 1 then fail(prefix .. 'refill tokens must be at least 1') end
-  if r ~= math.floor(r) then fail(prefix .. 'refill tokens must be an integer') end
-  if p < 1 then fail(prefix .. 'refill period must be at least 1µs') end
-  if p ~= math.floor(p) then fail(prefix .. 'refill period must be a whole number of microseconds') end
-  if c * p > MAX then fail(prefix .. 'capacity * refill period in µs must be at most 2^52') end
-  if r > MAX then fail(prefix .. 'refill tokens must be at most 2^52') end
-  lc[i], lr[i], lp[i] = c, r, p
-end
-local peek = ARGV[3]
-if peek ~= '0' and peek ~= '1' then
-  fail('peek must be 0 or 1')
-end
-peek = peek == '1'
-local cost = 1
-if not peek then
-  cost = num(ARGV[2], 'cost')
-  if cost < 1 then fail('cost must be at least 1') end
-  if cost ~= math.floor(cost) then fail('cost must be an integer') end
-  for i = 1, n do
-    if cost > lc[i] then fail('cost must not exceed capacity') end
-  end
-end
-local now
-if ARGV[1] == '' then
+local now = ARGV[1]
+if now == '' then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = t[1] * 1000000 + t[2]
 else
-  now = num(ARGV[1], 'time')
-end
-if now < 0 or now > MAX then
-  fail('time must be between the Unix epoch and 2^52 µs after it')
-end
-if now ~= math.floor(now) then
-  fail('time must be a whole number of microseconds')
-end
-
--- uvarintenc encodes n, an integer from 0 to 2^52, as an unsigned LEB128 varint.
-local function uvarintenc(n)
-  if n < 128 then
-    return string.char(n)
-  elseif n < 16384 then
-    local q = floordiv(n, 128)
-    return string.char(n - q * 128 + 128, q)
-  elseif n < 2097152 then
-    local q1 = floordiv(n, 128)
-    local q2 = floordiv(q1, 128)
-    return string.char(n - q1 * 128 + 128, q1 - q2 * 128 + 128, q2)
+  now = tonumber(now)
+  if now == nil or now ~= now then
+    return redis.error_reply(INVALID .. 'time must be a number')
   end
-  local b = {}
-  while n >= 128 do
-    local q, r = divmod(n, 128)
-    b[#b + 1] = r + 128
-    n = q
+  if now < 0 or now > MAXTIME then
+    return redis.error_reply(INVALID .. 'time must be between the Unix epoch and 2^52 µs after it')
   end
-  b[#b + 1] = n
-  return string.char(unpack(b))
+  if now ~= floor(now) then
+    return redis.error_reply(INVALID .. 'time must be a whole number of microseconds')
+  end
 end
 
-local key = KEYS[1]
+-- Per key j and limit i, at (j-1)*8+i: the request's c, r, p, signature and the level.
+local C, R, P, S, L = {}, {}, {}, {}, {}
+-- Per key: cost, number of limits, time decided at, catch-up, converted, allowed.
+local COST, N, T0, BACK, CONV, OK = {}, {}, {}, {}, {}, {}
+local all = true
+local a = 2
 
--- The fast path: one limit, and a bucket that this limit wrote or none. It is the general
--- path below restricted to that case, on plain numbers instead of tables and loops; it
--- returns nil for anything else (another policy, several limits, a value it cannot read),
--- and the general path decides.
-local function fastpath()
-  local C, R, P = lc[1], lr[1], lp[1]
-  local full = C * P
-  local penc = uvarintenc(C) .. uvarintenc(R) .. uvarintenc(P)
-  local ok, raw = pcall(redis.call, 'GET', key)
+for j = 1, #KEYS do
+  -- The request, checked by Limit.Validate's rules in its order and words.
+  local cost, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  if n == nil or n < 1 or n ~= floor(n) then
+    return redis.error_reply(INVALID .. 'a policy needs at least one limit')
+  end
+  if n > 8 then
+    return redis.error_reply(INVALID .. 'a policy may combine at most 8 limits')
+  end
+  local o = (j - 1) * 8
+  for i = 1, n do
+    local x = a + 4 * i - 2
+    local c, r, p = tonumber(ARGV[x]), tonumber(ARGV[x + 1]), tonumber(ARGV[x + 2])
+    local rule
+    if c == nil or c ~= c then rule = 'capacity must be a number'
+    elseif r == nil or r ~= r then rule = 'refill tokens must be a number'
+    elseif p == nil or p ~= p then rule = 'refill period must be a number'
+    elseif c < 1 then rule = 'capacity must be at least 1'
+    elseif c ~= floor(c) then rule = 'capacity must be an integer'
+    elseif r < 1 then rule = 'refill tokens must be at least 1'
+    elseif r ~= floor(r) then rule = 'refill tokens must be an integer'
+    elseif p < 1 then rule = 'refill period must be at least 1µs'
+    elseif p ~= floor(p) then rule = 'refill period must be a whole number of microseconds'
+    elseif c > MAX or c == MAX and ARGV[x] ~= '9007199254740992' then
+      rule = 'capacity must be at most 2^53' -- (2^53 + 1 reads as 2^53)
+    elseif r > MAX or r == MAX and ARGV[x + 1] ~= '9007199254740992' then
+      rule = 'refill tokens must be at most 2^53'
+    elseif p > MAX or p == MAX and ARGV[x + 2] ~= '9007199254740992' then
+      rule = 'refill period in µs must be at most 2^53'
+    elseif c > MAX / p then rule = 'capacity * refill period in lowest terms must be at most 2^53'
+    elseif ARGV[x + 3] == nil then rule = 'a limit needs its signature'
+    end
+    if rule then
+      if n > 1 then
+        rule = 'limit ' .. (i - 1) .. ': ' .. rule
+      end
+      return redis.error_reply(INVALID .. rule)
+    end
+    C[o + i], R[o + i], P[o + i], S[o + i] = c, r, p, ARGV[x + 3]
+  end
+  if cost == nil or cost ~= cost then
+    return redis.error_reply(INVALID .. 'cost must be a number')
+  end
+  if cost == 0 then
+    return redis.error_reply(INVALID .. 'cost must be at least 1')
+  end
+  if cost ~= floor(cost) then
+    return redis.error_reply(INVALID .. 'cost must be an integer')
+  end
+  local need = cost
+  if need < 0 then
+    need = -need
+  end
+  for i = 1, n do
+    if need > C[o + i] then
+      return redis.error_reply(INVALID .. 'cost must not exceed capacity')
+    end
+  end
+  a = a + 2 + 4 * n
+
+  -- The stored bucket: refilled by the time elapsed at the rate of the limits that wrote it.
+  local ok, raw = pcall(redis.call, 'GET', KEYS[j])
   if not ok then
-    return nil
+    return redis.error_reply(CORRUPT .. 'not a string')
   end
-  local exists, last, L = false, 0, 0
+  local t0, back, conv, exists = now, 0, 0, false
   if raw then
-    if #raw ~= 14 + #penc or string.sub(raw, 15) ~= penc then
-      return nil
+    local len = #raw
+    if len < 17 then
+      return redis.error_reply(CORRUPT .. 'too short')
     end
-    last, L = struct.unpack('>I7I7', raw)
-    if last > MAX or L > full then
-      return nil
+    local last = struct.unpack('>I7', raw)
+    if last > MAXTIME then
+      return redis.error_reply(CORRUPT .. 'time out of range')
     end
-    exists = true
-  end
-  local t0, back = now, 0
-  if exists then
     if last > now then
       t0, back = last, last - now
-    elseif now - last >= ceildiv(full - L, R) then
-      exists = false
     end
-  end
-  local level = full
-  if exists then
-    local missing = full - L
-    if missing > 0 and t0 - last < ceildiv(missing, R) then
-      level = L + (t0 - last) * R
-    end
-  end
-  local need = cost * P
-  local a, retry = 0, 0
-  if level >= need then
-    a = 1
-    if not peek then
-      level = level - need
-    end
-  else
-    retry = ceildiv(need - level, R) + back
-  end
-  local reset = ceildiv(full - level, R)
-  local ttl = math.max(1, ceildiv(reset, 1000) + ceildiv(back, 1000))
-  if exists or not peek then
-    redis.call('SET', key, struct.pack('>I7I7', t0, level) .. penc, 'PX', ttl)
-  end
-  return {a, floordiv(level, P), retry, reset + back, 0}
-end
-
-if n == 1 then
-  local res = fastpath()
-  if res then
-    return res
-  end
-end
-
--- The general path.
--- The stored bucket.
-local ok, raw = pcall(redis.call, 'GET', key)
-if not ok then
-  corrupt('not a string')
-end
-local exists = false
-local last = 0
-local sl, sc, sr, sp = {}, {}, {}, {}
-
--- uvarint reads an unsigned LEB128 varint of at most 8 bytes at pos; it returns the number and
--- the next position, or nil.
-local function uvarint(s, pos)
-  local n, mul = 0, 1
-  for i = pos, pos + 7 do
-    local b = string.byte(s, i)
-    if b == nil then
-      return nil
-    end
-    n = n + (b % 128) * mul
-    if b < 128 then
-      return n, i + 1
-    end
-    mul = mul * 128
-  end
-  return nil
-end
-
-if raw then
-  if #raw < 14 then
-    corrupt('too short')
-  end
-  local pos
-  last, pos = struct.unpack('>I7', raw, 1)
-  if last > MAX then
-    corrupt('time out of range')
-  end
-  local m = 0
-  while pos <= #raw do
-    m = m + 1
-    if m > 8 or pos + 6 > #raw then
-      corrupt('wrong number of fields')
-    end
-    local l, c, r, p
-    l, pos = struct.unpack('>I7', raw, pos)
-    c, pos = uvarint(raw, pos)
-    if c then r, pos = uvarint(raw, pos) end
-    if r then p, pos = uvarint(raw, pos) end
-    if p == nil then
-      corrupt('truncated limit')
-    end
-    if c < 1 or r < 1 or p < 1 or c * p > MAX or r > MAX or l > c * p then
-      corrupt('field out of range')
-    end
-    sl[m], sc[m], sr[m], sp[m] = l, c, r, p
-  end
-  exists = true
-end
-
-local t0, back = now, 0
-if exists then
-  if last > now then
-    t0, back = last, last - now
-  else
-    local elapsed = now - last
-    local full = true
-    for j = 1, #sl do
-      if elapsed < ceildiv(sc[j] * sp[j] - sl[j], sr[j]) then
-        full = false
+    local el = t0 - last
+    -- Written by this very policy: its bands are read in place.
+    local pos, i = 8, 1
+    while i <= n do
+      local sig = S[o + i]
+      if sub(raw, pos + 7, pos + 6 + #sig) ~= sig then
         break
+      end
+      pos, i = pos + 7 + #sig, i + 1
+    end
+    local full = true
+    if i > n and pos == len + 1 then
+      pos = 8
+      for i = 1, n do
+        local c, r, p = C[o + i], R[o + i], P[o + i]
+        local lv = struct.unpack('>I7', raw, pos)
+        local missing = c * p - lv
+        if missing < 0 then
+          return redis.error_reply(CORRUPT .. 'field out of range')
+        end
+        if missing > 0 and el < ceil(missing / r) then
+          lv, full = lv + el * r, false
+        else
+          lv = c * p
+        end
+        L[o + i] = lv
+        pos = pos + 7 + #S[o + i]
+      end
+    else
+      -- Written by another policy: every band is decoded, refilled at its own rate, and
+      -- carried over (see Step).
+      local SL, SC, SR, SP = {}, {}, {}, {}
+      local m = 0
+      pos = 8
+      while pos <= len do
+        m = m + 1
+        if m > 8 or pos + 9 > len then
+          return redis.error_reply(CORRUPT .. 'wrong number of fields')
+        end
+        local lv = struct.unpack('>I7', raw, pos)
+        pos = pos + 7
+        local v = {}
+        for f = 1, 3 do
+          local x, mul, done = 0, 1, false
+          for q = pos, pos + 7 do
+            local b = byte(raw, q)
+            if b == nil then
+              break
+            end
+            x, mul = x + (b % 128) * mul, mul * 128
+            if b < 128 then
+              pos, done = q + 1, true
+              break
+            end
+          end
+          if not done then
+            return redis.error_reply(CORRUPT .. 'truncated limit')
+          end
+          v[f] = x
+        end
+        local c, r, p = v[1], v[2], v[3]
+        if c < 1 or r < 1 or p < 1 or c > MAX or r > MAX or p > MAX or c > MAX / p or lv > c * p then
+          return redis.error_reply(CORRUPT .. 'field out of range')
+        end
+        local missing = c * p - lv
+        if missing > 0 and el < ceil(missing / r) then
+          lv, full = lv + el * r, false
+        else
+          lv = c * p
+        end
+        SL[m], SC[m], SR[m], SP[m] = lv, c, r, p
+      end
+      if not full then
+        exists, conv = true, 1
+        local fewest = -1
+        for k = 1, m do
+          local q = floor(SL[k] / SP[k])
+          if q * SP[k] > SL[k] then q = q - 1 end
+          if fewest < 0 or q < fewest then fewest = q end
+        end
+        -- First each limit takes the band it wrote, then each limit left takes the next band
+        -- left, its whole tokens up to the capacity and below it the part of a token too; a
+        -- limit with no band left takes the bucket's fewest whole tokens.
+        local used, match, matched = {}, {}, 0
+        for i = 1, n do
+          for k = 1, m do
+            if not used[k] and SC[k] == C[o + i] and SR[k] == R[o + i] and SP[k] == P[o + i] then
+              match[i], used[k], matched = k, true, matched + 1
+              break
+            end
+          end
+        end
+        if matched == n and matched == m then
+          conv = 0
+        end
+        local nextband = 1
+        for i = 1, n do
+          local c, p = C[o + i], P[o + i]
+          local k = match[i]
+          if k then
+            L[o + i] = SL[k]
+          else
+            while nextband <= m and used[nextband] do
+              nextband = nextband + 1
+            end
+            local tok, lv = fewest, nil
+            if nextband <= m then
+              local hp = SP[nextband]
+              used[nextband] = true
+              tok = floor(SL[nextband] / hp)
+              if tok * hp > SL[nextband] then tok = tok - 1 end
+              if tok < c then
+                -- carry: the band's part of a token in units of 1/p, rounded down.
+                local rem = SL[nextband] - tok * hp
+                local cr
+                local q = floor(hp / p)
+                if q * p > hp then q = q - 1 end
+                if q * p == hp then
+                  cr = floor(rem / q)
+                  if cr * q > rem then cr = cr - 1 end
+                else
+                  q = floor(p / hp)
+                  if q * hp > p then q = q - 1 end
+                  if q * hp == p then
+                    cr = rem * q
+                  else
+                    cr = floor(rem / hp * p) - 2
+                    if cr < 0 then cr = 0 end
+                  end
+                end
+                lv = tok * p + cr
+              end
+            end
+            if lv == nil then
+              if tok > c then tok = c end
+              lv = tok * p
+            end
+            L[o + i] = lv
+          end
+        end
       end
     end
     if full then
-      exists = false
-    end
-  end
-end
-
-local levels = {}
-if not exists then
-  for i = 1, n do
-    levels[i] = lc[i] * lp[i]
-  end
-else
-  local elapsed = t0 - last
-  local fewest = -1
-  for j = 1, #sl do
-    local tok = floordiv(sl[j], sp[j])
-    if fewest < 0 or tok < fewest then
-      fewest = tok
-    end
-  end
-  -- First each limit takes the band it wrote, then each limit left takes the next band left;
-  -- a limit with no band left takes the bucket's fewest whole tokens.
-  local used, match = {}, {}
-  for i = 1, n do
-    for j = 1, #sl do
-      if not used[j] and sc[j] == lc[i] and sr[j] == lr[i] and sp[j] == lp[i] then
-        match[i], used[j] = j, true
-        break
-      end
-    end
-  end
-  local nextband = 1
-  for i = 1, n do
-    local j = match[i]
-    if j then
-      local full = lc[i] * lp[i]
-      local missing = full - sl[j]
-      if missing <= 0 or elapsed >= ceildiv(missing, lr[i]) then
-        levels[i] = full
-      else
-        levels[i] = sl[j] + elapsed * lr[i]
-      end
+      -- Full by now: the same as a missing bucket, decided at now.
+      t0, back, conv = now, 0, 0
     else
-      local tok = fewest
-      while nextband <= #sl and used[nextband] do
-        nextband = nextband + 1
-      end
-      if nextband <= #sl then
-        tok, used[nextband] = floordiv(sl[nextband], sp[nextband]), true
-      end
-      levels[i] = math.min(tok, lc[i]) * lp[i]
+      exists = true
     end
   end
+  if not exists then
+    for i = 1, n do
+      L[o + i] = C[o + i] * P[o + i]
+    end
+  end
+
+  local allowed = true
+  for i = 1, n do
+    if L[o + i] < need * P[o + i] then
+      allowed = false
+      break
+    end
+  end
+  COST[j], N[j], T0[j], BACK[j], CONV[j], OK[j] = cost, n, t0, back, conv, allowed
+  all = all and allowed
 end
 
-local allowed = true
-for i = 1, n do
-  if levels[i] < cost * lp[i] then
-    allowed = false
-    break
+-- Decide, take and write: every key's cost when all are allowed, none otherwise.
+local reply = {}
+for j = 1, #KEYS do
+  local cost, n, o, back = COST[j], N[j], (j - 1) * 8, BACK[j]
+  local take = all and cost > 0
+  local remaining, bound, retry, reset = -1, 1, 0, 0
+  local need = cost
+  if need < 0 then
+    need = -need
   end
-end
-local bound, retry, reset, remaining = 1, 0, 0, -1
-if allowed then
   for i = 1, n do
-    if not peek then
-      levels[i] = levels[i] - cost * lp[i]
+    local p = P[o + i]
+    local lv = L[o + i]
+    if take then
+      lv = lv - cost * p
+      L[o + i] = lv
     end
-    local tok = floordiv(levels[i], lp[i])
-    if remaining < 0 or tok < remaining then
-      remaining, bound = tok, i
-    end
-  end
-else
-  retry = -1
-  for i = 1, n do
-    local tok = floordiv(levels[i], lp[i])
+    local tok = floor(lv / p)
+    if tok * p > lv then tok = tok - 1 end
     if remaining < 0 or tok < remaining then
       remaining = tok
+      if OK[j] then bound = i end
     end
-    local need = cost * lp[i]
-    if levels[i] < need then
-      local w = ceildiv(need - levels[i], lr[i])
+    if not OK[j] and lv < need * p then
+      local w = ceil((need * p - lv) / R[o + i])
       if w > retry then
         retry, bound = w, i
       end
     end
+    local w = ceil((C[o + i] * p - lv) / R[o + i])
+    if w > reset then
+      reset = w
+    end
   end
-  retry = retry + back
-end
-for i = 1, n do
-  reset = math.max(reset, ceildiv(lc[i] * lp[i] - levels[i], lr[i]))
-end
-local ttl = math.max(1, ceildiv(reset, 1000) + ceildiv(back, 1000))
-reset = reset + back
-
-if exists or not peek then
-  local parts = {struct.pack('>I7', t0)}
-  for i = 1, n do
-    parts[#parts + 1] = struct.pack('>I7', levels[i]) .. uvarintenc(lc[i]) .. uvarintenc(lr[i]) .. uvarintenc(lp[i])
+  if take then
+    local parts = {struct.pack('>I7', T0[j])}
+    for i = 1, n do
+      parts[i + 1] = struct.pack('>I7', L[o + i]) .. S[o + i]
+    end
+    -- The key lives until the bucket is full: (reset + back) / 1 ms, rounded up once.
+    local qr = floor(reset / 1000)
+    if qr * 1000 > reset then qr = qr - 1 end
+    local qb = floor(back / 1000)
+    local ms = qr + qb + ceil((reset - qr * 1000 + back - qb * 1000) / 1000)
+    if ms < 1 then
+      ms = 1
+    end
+    redis.call('SET', KEYS[j], table.concat(parts), 'PX', ms)
   end
-  redis.call('SET', key, table.concat(parts), 'PX', string.format('%.0f', ttl))
+  local ok = 0
+  if OK[j] then ok = 1 end
+  local x = (j - 1) * 7
+  reply[x + 1], reply[x + 2], reply[x + 3], reply[x + 4] = ok, remaining, retry, reset
+  reply[x + 5], reply[x + 6], reply[x + 7] = bound - 1, CONV[j], back
 end
-
-local a = 0
-if allowed then a = 1 end
-return {a, remaining, retry, reset, bound - 1}
+return reply

@@ -162,18 +162,23 @@ var cases = []struct {
 		d, err = other.TryAcquire(e.ctx, "a")
 		want(t, "a again in the same namespace", d, err, false, 0, time.Minute, time.Minute)
 	}},
-	{"a policy change carries over the lesser tokens with no refill credit", func(t *testing.T, e *env) {
+	{"a policy change credits the time at the old rate, then carries over up to the new capacity", func(t *testing.T, e *env) {
 		old := e.newLimiter(ratelimit.PerMinute(10))
 		bigger := e.newLimiter(ratelimit.PerMinute(100))
 		smaller := e.newLimiter(ratelimit.PerMinute(4))
 		d, err := old.TryAcquireN(e.ctx, "s", 3)
 		want(t, "old policy", d, err, true, 7, 0, 18*time.Second)
+		// 3 s at the old rate refill half a token: 7.5 are carried over.
 		e.clock.Add(3 * time.Second)
 		d, err = bigger.TryAcquire(e.ctx, "s")
-		want(t, "new policy", d, err, true, 6, 0, 56400*time.Millisecond)
+		want(t, "new policy", d, err, true, 6, 0, 56100*time.Millisecond)
+		// 600 ms at the new rate refill one: 7.5 again.
 		e.clock.Add(600 * time.Millisecond)
 		d, err = old.TryAcquire(e.ctx, "s")
-		want(t, "old policy again", d, err, true, 5, 0, 30*time.Second)
+		want(t, "old policy again", d, err, true, 6, 0, 21*time.Second)
+		if !d.Converted {
+			t.Fatalf("a check that converted the bucket: %+v, want Converted", d)
+		}
 		d, err = smaller.TryAcquire(e.ctx, "s")
 		want(t, "smaller policy", d, err, true, 3, 0, 15*time.Second)
 	}},
@@ -243,9 +248,11 @@ var cases = []struct {
 		want(t, "drain the minute", d, err, true, 0, 0, 12*time.Hour)
 		e.clock.Add(time.Minute)
 		// The minute limit is unchanged and refilled; the day limit changed
-		// and keeps its own 10 whole tokens (not the minute's 0 of before).
+		// and keeps its own 10 tokens and the 1/72 of a token refilled in
+		// the minute (not the minute's 0 of before), less the 2 units of
+		// 1/(2.88·10^9) of a token that carry takes off.
 		d, err = after.TryAcquire(e.ctx, "s")
-		want(t, "after the day limit changed", d, err, true, 9, 0, 60480*time.Second)
+		want(t, "after the day limit changed", d, err, true, 9, 0, 60440*time.Second+2*time.Microsecond)
 	}},
 	{"the largest exact values stay exact", func(t *testing.T, e *env) {
 		l := e.newLimiter(ratelimit.Limit{Capacity: 1 << 32, RefillTokens: 1, RefillPeriod: 1 << 20 * time.Microsecond})

@@ -1,0 +1,159 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/exactlimit/ratelimit"
+)
+
+var _ ratelimit.AtomicStore = (*Store)(nil)
+
+// ApplyAll decides items as one, all or nothing (see ratelimit.AtomicStore):
+// every cost is taken when every item's bucket holds it, and none otherwise.
+// The items are decided at one time, so their Request.Now must be equal (the
+// zero Time: the server's TIME).
+//
+// On a single server (and on Cluster when every key hashes to one slot) that
+// is one script call on all the keys, atomic. On Cluster, keys of several
+// slots cannot meet in one script: ApplyAll first asks each slot's keys, in
+// one script call per slot, whether they hold their costs without taking
+// anything, and only when all do takes them, in one atomic call per slot.
+// Nothing is taken for a request that some bucket denies, unless another
+// check takes from one of its buckets between the two steps: then the slots
+// that had taken keep the charge while another denies, a charge without an
+// admission (never an admission beyond the policy), and ApplyAll reports
+// each item's own decision with the error nil.
+func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error {
+	if err := validateAll(items); err != nil {
+		return err
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	groups := [][]*ratelimit.BatchItem{nil}
+	if s.cluster == nil {
+		for i := range items {
+			groups[0] = append(groups[0], &items[i])
+		}
+	} else {
+		bySlot := map[uint16]int{}
+		groups = groups[:0]
+		for i := range items {
+			sl := Slot(items[i].Key)
+			g, ok := bySlot[sl]
+			if !ok {
+				g = len(groups)
+				bySlot[sl] = g
+				groups = append(groups, nil)
+			}
+			groups[g] = append(groups[g], &items[i])
+		}
+	}
+	if len(groups) == 1 {
+		return s.evalAll(ctx, groups[0], false)
+	}
+	// Several slots: ask first, then take.
+	if err := s.eachGroup(ctx, groups, true); err != nil {
+		return err
+	}
+	for i := range items {
+		if !items[i].Decision.Allowed {
+			return nil
+		}
+	}
+	return s.eachGroup(ctx, groups, false)
+}
+
+// eachGroup runs evalAll on every group at once and returns the first error.
+func (s *Store) eachGroup(ctx context.Context, groups [][]*ratelimit.BatchItem, dry bool) error {
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for g := range groups {
+		wg.Go(func() { errs[g] = s.evalAll(ctx, groups[g], dry) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// evalAll decides items in one script call on their keys; dry asks for each
+// cost without taking anything.
+func (s *Store) evalAll(ctx context.Context, items []*ratelimit.BatchItem, dry bool) error {
+	keys := make([]string, len(items))
+	args := make([]any, 1, 1+len(items)*(2+4*len(items[0].Request.Limits)))
+	args[0] = timeArg(items[0].Request)
+	for i, it := range items {
+		keys[i] = it.Key
+		if dry {
+			args = appendDry(args, it.Request)
+		} else {
+			args = appendRequest(args, it.Request)
+		}
+	}
+	res, err := s.eval(ctx, keys, args)
+	if err != nil {
+		return wrapErr("check", keys[0], err)
+	}
+	v, ok := res.([]any)
+	if !ok || len(v) != replyLen*len(items) {
+		return wrapErr("check", keys[0], unexpected(res))
+	}
+	for i, it := range items {
+		d, err := parseAt(it.Request, v[i*replyLen:], res)
+		if err != nil {
+			return wrapErr("check", it.Key, err)
+		}
+		it.Decision, it.Err = d, nil
+	}
+	return nil
+}
+
+// validateAll checks the items of an ApplyAll before any I/O.
+func validateAll(items []ratelimit.BatchItem) error {
+	seen := make(map[string]struct{}, len(items))
+	for i := range items {
+		it := &items[i]
+		it.Decision, it.Err = ratelimit.Decision{}, nil
+		if err := it.Request.Validate(); err != nil {
+			return fmt.Errorf("item %d: %w", i, err)
+		}
+		if !it.Request.Now.Equal(items[0].Request.Now) {
+			return fmt.Errorf("%w: item %d: every item must be decided at the same time", ratelimit.ErrInvalidArgument, i)
+		}
+		if _, dup := seen[it.Key]; dup {
+			return fmt.Errorf("%w: item %d: each key may appear once", ratelimit.ErrInvalidArgument, i)
+		}
+		seen[it.Key] = struct{}{}
+	}
+	return nil
+}
+
+// Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of the key,
+// or of its hash tag (the part between the first "{" and the next "}", when
+// not empty), modulo 16384.
+func Slot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
+}
