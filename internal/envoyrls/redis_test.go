@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,4 +143,57 @@ func TestOutageBehaviours(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRedisConcurrentAllOrNothing: on one Redis, ApplyAll is one script
+// call, so even racing requests charge the roomy bucket only when the tight
+// one admits.
+func TestRedisConcurrentAllOrNothing(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := redistest.NewClient(srv.Addr())
+	t.Cleanup(func() { client.Close() })
+	concurrentAllOrNothing(t, redisstore.New(client))
+}
+
+// spy records the keys of every ApplyAll call.
+type spy struct {
+	ratelimit.AtomicStore
+	mu   sync.Mutex
+	keys [][]string
+}
+
+func (s *spy) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error {
+	var keys []string
+	for _, it := range items {
+		keys = append(keys, it.Key)
+	}
+	s.mu.Lock()
+	s.keys = append(s.keys, keys)
+	s.mu.Unlock()
+	return s.AtomicStore.ApplyAll(ctx, items)
+}
+
+// TestClusterAllOrNothingAcrossSlots: on Cluster, a request whose
+// descriptors' keys live on different slots is still charged nothing when
+// one is over its limit (ApplyAll looks at every slot before it takes; only
+// a concurrent check between its two steps can leave a charge, see
+// redisstore.Store.ApplyAll).
+func TestClusterAllOrNothingAcrossSlots(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 0)
+	client := redistest.NewClusterClient(cluster.Addrs()...)
+	t.Cleanup(func() { client.Close() })
+	s := &spy{AtomicStore: redisstore.New(client)}
+	f := serve(t, s, e2eConfig, Headers{})
+	for range 5 {
+		f.ask(t, 0, desc("message_type=marketing", "to_number=slots"))
+	}
+	r := f.ask(t, 0, desc("message_type=marketing", "to_number=slots"), desc("to_number=slots"))
+	if r.OverallCode != over {
+		t.Fatalf("got %v, want OVER_LIMIT", r.OverallCode)
+	}
+	last := s.keys[len(s.keys)-1]
+	if len(last) != 2 || redistest.SlotOf(last[0]) == redistest.SlotOf(last[1]) {
+		t.Fatalf("the two buckets %q share a slot: the test does not cross slots", last)
+	}
+	wantStatus(t, "the other slot's bucket, untouched", f.ask(t, 0, desc("to_number=slots")).Statuses[0], ok, 99, 100)
 }

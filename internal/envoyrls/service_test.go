@@ -526,6 +526,10 @@ func TestConcurrentAllOrNothing(t *testing.T) {
 	if _, isAtomic := any(store).(ratelimit.AtomicStore); !isAtomic {
 		t.Skip("memstore has no ApplyAll yet (the lead's change to main): without it the sequential path can charge the first descriptor of a request a race denies")
 	}
+	concurrentAllOrNothing(t, store)
+}
+
+func concurrentAllOrNothing(t *testing.T, store ratelimit.Store) {
 	f := serve(t, store, e2eConfig, Headers{})
 	var allowed atomic.Int64
 	var wg sync.WaitGroup
