@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -451,7 +452,11 @@ func namespaceOf(domain string, path []step) string {
 
 // frame appends ":len:s" to b.
 func frame(b *strings.Builder, s string) {
-	fmt.Fprintf(b, ":%d:%s", len(s), s)
+	var n [20]byte
+	b.WriteByte(':')
+	b.Write(strconv.AppendInt(n[:0], int64(len(s)), 10))
+	b.WriteByte(':')
+	b.WriteString(s)
 }
 
 // maxUint32 is the remaining the peer reports for an unlimited descriptor.

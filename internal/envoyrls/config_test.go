@@ -207,7 +207,8 @@ descriptors:
   - {key: y, rate_limit: {unit: year, requests_per_unit: 1}}
   - {key: b, rate_limit: {unit: second, requests_per_unit: 10, burst: 100}}
   - {key: meta, metadata: {team: edge, tags: [a, b]}, rate_limit: {unit: second, requests_per_unit: 1}}
-`, 9},
+  - {key: x, rate_limit: {unit: second, requests_per_unit: 4294967295}}
+`, 10},
 }
 
 func TestParseConfigReadmeExamples(t *testing.T) {
@@ -237,6 +238,7 @@ func TestParseConfigLimits(t *testing.T) {
 		"units.y":  {Capacity: 1, RefillTokens: 1, RefillPeriod: 365 * 24 * time.Hour},
 		"units.d":  {Capacity: 1_000_000, RefillTokens: 1_000_000, RefillPeriod: 24 * time.Hour},
 		"units.b":  {Capacity: 100, RefillTokens: 10, RefillPeriod: time.Second},
+		"units.x":  {Capacity: 4294967295, RefillTokens: 4294967295, RefillPeriod: time.Second},
 	}
 	got := map[string]ratelimit.Limit{}
 	cfg.eachRule(func(r *Rule) { got[r.Path] = r.limit })
@@ -270,6 +272,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"quota_mode", "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n", "quota_mode is not supported"},
 		{"burst 0", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 0}\n", "burst must be at least 1"},
 		{"burst on a deny rule", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 0, burst: 3}\n", "burst needs requests_per_unit"},
+		{"a limit too fine to keep exactly", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: year, requests_per_unit: 4294967295}\n", "cannot be kept exactly"},
 		{"two documents", "domain: d\n---\ndomain: e\n", "more than one YAML document"},
 		{"not a mapping", "- a\n- b\n", "cannot unmarshal"},
 	} {

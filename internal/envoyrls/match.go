@@ -78,6 +78,11 @@ func lookup(root *node, domain string, entries []*rlv3.RateLimitDescriptor_Entry
 // framed by its length. Levels the rule fixes add an empty frame.
 func subjectOf(entries []*rlv3.RateLimitDescriptor_Entry, path []*node, hows []how) string {
 	var b strings.Builder
+	size := 0
+	for _, e := range entries {
+		size += len(e.Value) + 8
+	}
+	b.Grow(size)
 	for i, e := range entries {
 		v := ""
 		if hows[i] == byKey || (hows[i] == byWildcard && !path[i].share) {

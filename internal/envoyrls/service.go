@@ -476,6 +476,14 @@ func (s *Service) decide(ctx context.Context, buckets []*bucket) error {
 	if s.clock != nil {
 		now = s.clock()
 	}
+	if len(buckets) == 1 && !buckets[0].impossible {
+		// One bucket: one Apply, no all-or-nothing to arrange.
+		b := buckets[0]
+		var err error
+		b.d, err = s.store.Apply(ctx, b.key, ratelimit.Request{Limits: b.limits, Cost: b.cost, Peek: b.cost == 0, Now: now})
+		b.charged = err == nil && b.d.Allowed && b.cost > 0
+		return err
+	}
 	active := make([]*bucket, 0, len(buckets))
 	peekOnly := false
 	for _, b := range buckets {
