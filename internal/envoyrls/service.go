@@ -113,6 +113,8 @@ type Service struct {
 	metrics *Metrics
 	log     *slog.Logger
 	state   atomic.Pointer[state]
+	// lastErrLog is when a store error was last logged (Unix ns).
+	lastErrLog atomic.Int64
 }
 
 // state is a configuration with a Limiter for each of its bucket rules.
@@ -282,10 +284,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	buckets := s.buckets(checks)
 	if err := s.decide(ctx, buckets); err != nil {
 		s.metrics.request("error")
-		if errors.Is(ctx.Err(), context.Canceled) {
+		switch {
+		case errors.Is(ctx.Err(), context.Canceled):
 			return nil, status.Error(codes.Canceled, "the client cancelled the request")
+		case errors.Is(err, ratelimit.ErrInvalidArgument):
+			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		s.log.Warn("envoy ShouldRateLimit: the store could not decide", "domain", req.Domain, "err", err)
+		if now := time.Now().UnixNano(); now-s.lastErrLog.Load() >= int64(time.Second) {
+			s.lastErrLog.Store(now) // at most about one line a second
+			s.log.Warn("envoy ShouldRateLimit: the store could not decide; answering UNAVAILABLE", "domain", req.Domain, "err", err)
+		}
 		return nil, status.Error(codes.Unavailable, "rate limit store unavailable")
 	}
 
