@@ -34,19 +34,24 @@ func NewTokenBucket(limit Limit, more ...Limit) (*TokenBucket, error) {
 }
 
 // Allow reports whether one token could be taken at now, and takes it if so.
+// It is AllowN(now, 1): see there for the false it returns on invalid input.
 func (b *TokenBucket) Allow(now time.Time) bool { return b.AllowN(now, 1) }
 
 // AllowN reports whether n tokens could be taken at now, and takes them if
 // so. It returns false, taking nothing, when fewer than n tokens are there,
-// and also when n is outside 1..capacity or now is out of range (Take says
-// which).
+// and also, taking nothing, when n is outside 1..capacity or now is out of
+// range. The zero time.Time is out of range: Allow(time.Time{}) is a
+// programming error (an unset time), reported as false. Take decides the same
+// and returns the error that says which argument was wrong; use it where a
+// bad argument must not pass for a denial.
 func (b *TokenBucket) AllowN(now time.Time, n int64) bool {
 	d, err := b.Take(now, n)
 	return err == nil && d.Allowed
 }
 
 // Available returns the whole tokens in the bucket at now. The bucket is
-// refilled by the time elapsed; nothing is taken.
+// refilled by the time elapsed; nothing is taken. It returns 0 when now is out
+// of range, the zero time.Time included (Peek returns the error).
 func (b *TokenBucket) Available(now time.Time) int64 {
 	d, err := b.Peek(now)
 	if err != nil {
@@ -57,19 +62,22 @@ func (b *TokenBucket) Available(now time.Time) int64 {
 
 // Take takes n tokens at now if the bucket holds them, and returns the
 // Decision. The error wraps ErrInvalidArgument when n is outside 1..capacity
-// or now is before the Unix epoch or too far after it.
+// or now is before the Unix epoch or too far after it; for the zero time.Time
+// it says so (a programming error: the time was never set).
 func (b *TokenBucket) Take(now time.Time, n int64) (Decision, error) {
 	return b.apply(Request{Limits: b.limits, Cost: n, Now: now})
 }
 
 // Peek reports the bucket's standing at now without taking anything: Allowed
 // while at least one token is there, else Denied with the wait until one is.
+// The error wraps ErrInvalidArgument when now is out of range, as for Take.
 func (b *TokenBucket) Peek(now time.Time) (Decision, error) {
 	return b.apply(Request{Limits: b.limits, Peek: true, Now: now})
 }
 
-// Limits returns the bucket's limits. The caller must not modify the slice.
-func (b *TokenBucket) Limits() []Limit { return b.limits }
+// Limits returns the bucket's limits. It returns a copy: changing it does not
+// change the bucket.
+func (b *TokenBucket) Limits() []Limit { return append([]Limit(nil), b.limits...) }
 
 func (b *TokenBucket) apply(r Request) (Decision, error) {
 	if !r.Peek {

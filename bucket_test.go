@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,5 +95,29 @@ func TestTokenBucketSeveralLimits(t *testing.T) {
 	}
 	if _, err := NewTokenBucket(perSecond, Limit{}); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("an invalid second limit: err = %v", err)
+	}
+}
+
+func TestTokenBucketZeroTimeIsAProgrammingError(t *testing.T) {
+	b, err := NewTokenBucket(PerSecond(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Allow(time.Time{}) || b.AllowN(time.Time{}, 1) {
+		t.Fatal("Allow(time.Time{}) = true, want false")
+	}
+	if got := b.Available(time.Time{}); got != 0 {
+		t.Fatalf("Available(time.Time{}) = %d, want 0", got)
+	}
+	for name, f := range map[string]func() (Decision, error){
+		"Take": func() (Decision, error) { return b.Take(time.Time{}, 1) },
+		"Peek": func() (Decision, error) { return b.Peek(time.Time{}) },
+	} {
+		if _, err := f(); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "zero time.Time") {
+			t.Errorf("%s(time.Time{}) error = %v, want ErrInvalidArgument saying it is the zero time", name, err)
+		}
+	}
+	if got := b.Available(time.UnixMicro(t0)); got != 2 {
+		t.Fatalf("the zero-time calls took tokens: %d available, want 2", got)
 	}
 }

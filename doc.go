@@ -29,6 +29,11 @@
 // applies no fallback of its own; package fallback offers the outage behaviours
 // as explicit choices.
 //
+// Checks never wait. Limiter.Wait and WaitN are for callers that throttle
+// their own outbound calls: they check, sleep for RetryAfter, and check again
+// until admitted or the context ends. A waiter polls the shared bucket; it is
+// not a queue.
+//
 // # Stores and keys
 //
 // A Limiter binds a policy and a namespace to a Store. Package memstore keeps
@@ -44,8 +49,9 @@
 // By default a store uses its own clock (Redis uses the server's TIME, so every
 // process shares one clock). WithClock injects a clock whose time is passed to
 // the store instead; tests use it to control time on every store without
-// sleeping. A clock that moves backwards credits nothing; the wait it causes is
-// folded into RetryAfter and the key's expiry.
+// sleeping (WithSleep does the same for Wait's sleeps). Key expiry stays on
+// the store's own clock: see WithClock. A clock that moves backwards credits
+// nothing; the wait it causes is folded into RetryAfter and the key's expiry.
 //
 // # Policy changes
 //

@@ -60,10 +60,10 @@ func ExampleNewMulti() {
 		fmt.Println(d.Allowed, d.Remaining, d.Limit)
 	}
 	// Output:
-	// true 2 3/3/1m0s
-	// true 1 3/3/1m0s
-	// true 0 3/3/1m0s
-	// false 0 3/3/1m0s
+	// true 2 capacity 3, refill 3 per 1m
+	// true 1 capacity 3, refill 3 per 1m
+	// true 0 capacity 3, refill 3 per 1m
+	// false 0 capacity 3, refill 3 per 1m
 }
 
 func ExampleTokenBucket() {

@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -66,10 +68,26 @@ func NewLimit(permits int64, per time.Duration, burst int64) Limit {
 	return Limit{Capacity: burst, RefillTokens: permits, RefillPeriod: per}
 }
 
-// String formats the limit as "capacity/refill tokens/refill period", for
-// example "200/100/1s".
+// String describes the limit in words, naming each number: "capacity 200,
+// refill 100 per 1s" for NewLimit(100, time.Second, 200), and "capacity 5,
+// refill 5 per 1m" for PerMinute(5). The period is written as
+// time.Duration writes it, without trailing zero units ("1m", not "1m0s").
 func (l Limit) String() string {
-	return fmt.Sprintf("%d/%d/%v", l.Capacity, l.RefillTokens, l.RefillPeriod)
+	return "capacity " + strconv.FormatInt(l.Capacity, 10) + ", refill " +
+		strconv.FormatInt(l.RefillTokens, 10) + " per " + shortDuration(l.RefillPeriod)
+}
+
+// shortDuration writes d as time.Duration does, with trailing zero minutes
+// and seconds dropped: "1m", "1h", "1h30m", "90s" stays "1m30s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 // Validate reports whether the limit can be enforced exactly. The error wraps

@@ -123,3 +123,24 @@ func TestRequestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestLimitStringNamesEachNumber(t *testing.T) {
+	tests := []struct {
+		limit Limit
+		want  string
+	}{
+		{NewLimit(100, time.Second, 200), "capacity 200, refill 100 per 1s"},
+		{PerMinute(5), "capacity 5, refill 5 per 1m"},
+		{PerHour(7), "capacity 7, refill 7 per 1h"},
+		{NewLimit(10, 24*time.Hour, 10), "capacity 10, refill 10 per 24h"},
+		{NewLimit(3, 90*time.Second, 6), "capacity 6, refill 3 per 1m30s"},
+		{NewLimit(1, 150*time.Minute, 1), "capacity 1, refill 1 per 2h30m"},
+		{NewLimit(1, 1500*time.Millisecond, 2), "capacity 2, refill 1 per 1.5s"},
+		{NewLimit(1, 250*time.Microsecond, 1), "capacity 1, refill 1 per 250µs"},
+	}
+	for _, tt := range tests {
+		if got := tt.limit.String(); got != tt.want {
+			t.Errorf("%+v.String() = %q, want %q", tt.limit, got, tt.want)
+		}
+	}
+}

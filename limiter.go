@@ -23,9 +23,11 @@ type Limiter[K any] struct {
 	prefix string
 	encode func(K) string
 	clock  func() time.Time
-	split  SplitKeyStore // store, when it takes keys in two parts
-	cache  *denyCache    // nil without WithDenyCache
-	obs    Observer      // nil without WithObserver
+	split  SplitKeyStore                              // store, when it takes keys in two parts
+	cache  *denyCache                                 // nil without WithDenyCache
+	obs    Observer                                   // nil without WithObserver
+	sleep  func(context.Context, time.Duration) error // Wait's sleep (WithSleep)
+	jitter func(n int64) int64                        // Wait's jitter, in [0, n)
 }
 
 // Option configures a Limiter.
@@ -37,6 +39,7 @@ type options struct {
 	codec     any
 	denyCache int
 	observer  Observer
+	sleep     func(context.Context, time.Duration) error
 	errs      []error
 }
 
@@ -50,6 +53,15 @@ func WithNamespace(ns string) Option { return func(o *options) { o.namespace = n
 // the server's TIME). Tests use it to control time on every store; in
 // production the server's clock is usually the better choice, because every
 // process then shares it.
+//
+// It controls the bucket arithmetic, not key expiry: Redis expires a key on
+// its own clock (PX, in real time), and memstore on its own WithClock clock.
+// With a clock that runs slower than real time, Redis may drop a bucket that
+// by the injected clock is not yet full, and the next check finds it full:
+// spend 2 of PerSecond(2), sleep 1.1 s, check at the same frozen instant, and
+// memstore (built with the same clock) denies while Redis admits. A test that
+// freezes or slows the injected clock against Redis must not also let real
+// time pass beyond the buckets' ResetAfter.
 func WithClock(clock func() time.Time) Option { return func(o *options) { o.clock = clock } }
 
 // WithKeyCodec sets the function that encodes a subject into the key suffix.
@@ -130,7 +142,7 @@ func NewMulti[K any](store Store, limits []Limit, opts ...Option) (*Limiter[K], 
 	if err := validateLimits(limits); err != nil {
 		return nil, err
 	}
-	o := options{namespace: DefaultNamespace, clock: nil}
+	o := options{namespace: DefaultNamespace, clock: nil, sleep: sleepCtx}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -147,6 +159,8 @@ func NewMulti[K any](store Store, limits []Limit, opts ...Option) (*Limiter[K], 
 		prefix: strconv.Itoa(len(o.namespace)) + ":" + o.namespace + ":",
 		clock:  o.clock,
 		obs:    o.observer,
+		sleep:  o.sleep,
+		jitter: randJitter,
 	}
 	l.split, _ = store.(SplitKeyStore)
 	if o.denyCache > 0 {
@@ -195,7 +209,7 @@ func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (De
 	}
 	key, r, err := l.Request(subject, cost)
 	if err != nil {
-		l.failed(ctx, "", OpAcquire, cost, err, time.Time{})
+		l.failed(ctx, l.errKey(subject), OpAcquire, cost, err, time.Time{})
 		return Decision{}, err
 	}
 	return l.apply(ctx, key, r)
@@ -210,7 +224,7 @@ func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (De
 func (l *Limiter[K]) Peek(ctx context.Context, subject K) (Decision, error) {
 	key, r, err := l.request(subject, 1, true)
 	if err != nil {
-		l.failed(ctx, "", OpPeek, 1, err, time.Time{})
+		l.failed(ctx, l.errKey(subject), OpPeek, 1, err, time.Time{})
 		return Decision{}, err
 	}
 	return l.apply(ctx, key, r)
@@ -292,6 +306,21 @@ func (l *Limiter[K]) decided(ctx context.Context, key string, cost int64, peek b
 	}
 }
 
+// errKey returns the key an ErrorEvent reports for a check on subject that
+// was refused before the store: the subject's key when the subject itself is
+// valid (the cost or the clock's time was not), else "". It encodes only
+// when there is an observer to tell.
+func (l *Limiter[K]) errKey(subject K) string {
+	if l.obs == nil {
+		return ""
+	}
+	enc := l.encode(subject)
+	if enc == "" {
+		return ""
+	}
+	return l.prefix + enc
+}
+
 // failed tells the observer about an error. A zero start (an argument
 // refused before any work) reports no latency.
 func (l *Limiter[K]) failed(ctx context.Context, key string, op Op, cost int64, err error, start time.Time) {
@@ -368,8 +397,9 @@ func (l *Limiter[K]) subjectRequest(subject K, cost int64, peek bool, now time.T
 }
 
 // Limits returns the limiter's policy: the Limit it was built with, or the
-// Limits of NewMulti. The caller must not modify the slice.
-func (l *Limiter[K]) Limits() []Limit { return l.limits }
+// Limits of NewMulti. It returns a copy: changing it does not change the
+// policy.
+func (l *Limiter[K]) Limits() []Limit { return append([]Limit(nil), l.limits...) }
 
 // Namespace returns the namespace that prefixes the limiter's keys.
 func (l *Limiter[K]) Namespace() string { return l.ns }

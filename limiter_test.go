@@ -190,3 +190,29 @@ func TestLimiterOnMemstore(t *testing.T) {
 		t.Fatalf("after Reset, Peek = %+v, want a full bucket of 2", d)
 	}
 }
+
+func TestLimitsReturnsACopy(t *testing.T) {
+	l, err := ratelimit.New[string](memstore.New(), ratelimit.PerSecond(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := l.Limits()
+	got[0] = ratelimit.PerSecond(1000)
+	if again := l.Limits(); again[0] != ratelimit.PerSecond(2) {
+		t.Fatalf("after changing the returned slice, Limits() = %v, want the policy unchanged", again)
+	}
+	ctx := context.Background()
+	l.TryAcquireN(ctx, "k", 2)
+	if d, _ := l.TryAcquire(ctx, "k"); d.Allowed {
+		t.Fatal("a check admitted a third token: the policy changed under the limiter")
+	}
+
+	b, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Limits()[0] = ratelimit.PerSecond(1000)
+	if got := b.Limits()[0]; got != ratelimit.PerSecond(2) {
+		t.Fatalf("TokenBucket.Limits() after a change = %v, want the policy unchanged", got)
+	}
+}

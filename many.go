@@ -68,7 +68,7 @@ func (l *Limiter[K]) TryAcquireMany(ctx context.Context, items []Item[K]) []Resu
 		key, r, err := l.requestAt(it.Subject, it.Cost, false, now)
 		if err != nil {
 			res[i].Err = err
-			l.failed(ctx, "", OpAcquire, it.Cost, err, time.Time{})
+			l.failed(ctx, l.errKey(it.Subject), OpAcquire, it.Cost, err, time.Time{})
 			continue
 		}
 		if l.cache != nil {

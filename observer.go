@@ -89,7 +89,8 @@ func (o Op) String() string {
 type ErrorEvent struct {
 	// Namespace is the limiter's namespace.
 	Namespace string
-	// Key is the subject's store key, or "" when the subject itself was
+	// Key is the subject's store key, also when the check was refused for
+	// its cost or its time; it is "" only when the subject itself was
 	// invalid (it encoded to an empty string).
 	Key string
 	// Op is the operation that failed.

@@ -99,11 +99,19 @@ func TestObserver(t *testing.T) {
 			l.Peek(ctx, "")
 			l.Reset(ctx, "")
 		}, []string{
-			"error ns=n key= op=acquire cost=3 kind=invalid",
+			"error ns=n key=1:n:s op=acquire cost=3 kind=invalid",
 			"error ns=n key= op=acquire cost=1 kind=invalid",
 			"error ns=n key= op=peek cost=1 kind=invalid",
 			"error ns=n key= op=reset cost=0 kind=invalid",
 		}},
+		{"a valid subject refused for its time still names its key", func() ratelimit.Store { return memstore.New() },
+			[]ratelimit.Option{ratelimit.WithClock(func() time.Time { return time.Unix(-1, 0) })}, func(l *ratelimit.Limiter[string]) {
+				l.TryAcquire(ctx, "s")
+				l.Peek(ctx, "s")
+			}, []string{
+				"error ns=n key=1:n:s op=acquire cost=1 kind=invalid",
+				"error ns=n key=1:n:s op=peek cost=1 kind=invalid",
+			}},
 		{"store errors, for checks, peeks and resets", func() ratelimit.Store { return failing{} }, nil, func(l *ratelimit.Limiter[string]) {
 			l.TryAcquire(ctx, "s")
 			l.Peek(ctx, "s")
@@ -125,7 +133,7 @@ func TestObserver(t *testing.T) {
 			l.TryAcquireMany(ctx, []ratelimit.Item[string]{{"a", 1}})
 		}, []string{
 			"error ns=n key= op=acquire cost=1 kind=invalid",
-			"error ns=n key= op=acquire cost=5 kind=invalid",
+			"error ns=n key=1:n:b op=acquire cost=5 kind=invalid",
 			"decision ns=n key=1:n:a cost=2 peek=false allowed=true source=store",
 			"decision ns=n key=1:n:a cost=1 peek=false allowed=false source=store",
 			"decision ns=n key=1:n:a cost=1 peek=false allowed=false source=cache",

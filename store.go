@@ -59,8 +59,13 @@ func (r Request) Validate() error {
 
 // Micros converts t to whole microseconds since the Unix epoch, the time unit
 // of the bucket arithmetic. It fails, wrapping ErrInvalidArgument, for a time
-// before the epoch or more than 2^52 microseconds (about 142 years) after it.
+// before the epoch or more than 2^52 microseconds (about 142 years) after it;
+// for the zero time.Time the error says that it is the zero time, which is a
+// programming error (an unset time), not a time from a clock.
 func Micros(t time.Time) (int64, error) {
+	if t.IsZero() {
+		return 0, invalid("time is the zero time.Time: pass the time of the check, such as time.Now()")
+	}
 	us := t.UnixMicro()
 	if us < 0 || us > MaxTime {
 		return 0, invalid("time must be between the Unix epoch and 2^52 µs after it (got %v)", t)

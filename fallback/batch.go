@@ -71,9 +71,15 @@ func (s *Store) ApplyBatch(ctx context.Context, items []ratelimit.BatchItem) {
 		case b.Err == nil:
 			m.p.answered.Add(1)
 			it.Decision = b.Decision
-		case !s.isOutage(ctx, b.Err):
-			it.Err = b.Err
 		default:
+			switch s.failure(ctx, m.p, b.Err) {
+			case callerGaveUp, notOutage:
+				it.Err = b.Err
+				continue
+			case callerDeadline:
+				it.Decision, it.Err = s.serve(ctx, "", it.Key, it.Request, m.p, b.Err)
+				continue
+			}
 			s.down(ctx, m.p, m.gen, b.Err)
 			it.Decision, it.Err = s.serve(ctx, "", it.Key, it.Request, m.p, b.Err)
 		}

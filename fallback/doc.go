@@ -129,8 +129,9 @@
 //
 // The local buckets and the unchecked decisions use the request's time when
 // it has one (a Limiter built with ratelimit.WithClock), else the Store's
-// clock (WithClock, default time.Now). Tests inject both and never sleep to
-// wait for refill.
+// clock (WithClock; by default the wall clock at New advanced by the
+// monotonic clock, so a step of the system clock does not move the local
+// buckets). Tests inject both and never sleep to wait for refill.
 //
 // # Batches and split keys
 //

@@ -46,7 +46,7 @@ func Example() {
 	d, _ = limiter.TryAcquire(ctx, "alice")
 	fmt.Println(d.Allowed, d.RetryAfter, d.Source)
 	// Output:
-	// true 24 25/25/1m0s local false
+	// true 24 capacity 25, refill 25 per 1m local false
 	// false 2.4s local
 }
 

@@ -37,6 +37,19 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// Partitioner is the optional capability of a primary Store whose keys are
+// kept by parts that fail on their own: redisstore over a Redis Cluster,
+// whose partitions are its masters. Without WithPartitions, a Store whose
+// primary has it keeps one liveness flag per partition, so that a master
+// that fails sends only its own subjects to the outage behaviour. See
+// WithPartitions for what the two methods must do.
+type Partitioner interface {
+	// Partition names the partition that serves key, without I/O.
+	Partition(ctx context.Context, key string) string
+	// PingPartition returns nil when the partition answered within ctx.
+	PingPartition(ctx context.Context, partition string) error
+}
+
 // Store wraps a primary ratelimit.Store with an outage behaviour, a breaker
 // and a liveness probe. The zero Store is not usable; call New. A Store is
 // safe for simultaneous use by multiple goroutines.
@@ -46,9 +59,10 @@ type Store struct {
 	split   ratelimit.SplitKeyStore // primary, when it takes split keys
 	local   *memstore.Store
 
-	single  *part    // the one flag, without WithPartitions
-	parts   sync.Map // partition name -> *part, with WithPartitions
-	probing atomic.Int32
+	single   *part    // the one flag, without WithPartitions
+	parts    sync.Map // partition name -> *part, with WithPartitions
+	probing  atomic.Int32
+	interval atomic.Int64 // ProbeForever's interval, for kick
 }
 
 // Option configures a Store.
@@ -99,7 +113,9 @@ func WithFleetShare(n int) Option {
 }
 
 // WithClock sets the clock of the local buckets and of the unchecked
-// decisions of FailOpen and FailClosed (default time.Now). A request that
+// decisions of FailOpen and FailClosed. The default is the wall clock read at
+// New advanced by the monotonic clock, as memstore's, so that a step of the
+// system clock neither credits nor withholds refill. A request that
 // carries a time (Request.Now) is decided at that time instead.
 func WithClock(clock func() time.Time) Option {
 	return func(c *config) {
@@ -210,7 +226,7 @@ func New(primary ratelimit.Store, opts ...Option) (*Store, error) {
 	if primary == nil {
 		return nil, fmt.Errorf("%w: fallback: primary store must not be nil", ratelimit.ErrInvalidArgument)
 	}
-	c := config{outage: ratelimit.ReturnError, share: 1, clock: time.Now, classify: IsUnreachable}
+	c := config{outage: ratelimit.ReturnError, share: 1, clock: monotonicClock(), classify: IsUnreachable}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -224,6 +240,9 @@ func New(primary ratelimit.Store, opts ...Option) (*Store, error) {
 		single:  &part{},
 	}
 	s.split, _ = primary.(ratelimit.SplitKeyStore)
+	if pp, ok := primary.(Partitioner); ok && s.partOf == nil {
+		s.partOf, s.pingPart = pp.Partition, pp.PingPartition
+	}
 	if s.ping == nil {
 		if p, ok := primary.(Pinger); ok {
 			s.ping = p.Ping
@@ -277,8 +296,15 @@ func (s *Store) apply(ctx context.Context, prefix, key string, r ratelimit.Reque
 		p.answered.Add(1)
 		return d, nil
 	}
-	if !s.isOutage(ctx, err) {
+	switch s.failure(ctx, p, err) {
+	case callerGaveUp:
 		return ratelimit.Decision{}, err
+	case notOutage:
+		return ratelimit.Decision{}, err
+	case callerDeadline:
+		// Answered by the outage behaviour, which does not block, but the
+		// breaker stays closed: one impatient caller is not an outage.
+		return s.serve(ctx, prefix, key, r, p, err)
 	}
 	s.down(ctx, p, gen, err)
 	return s.serve(ctx, prefix, key, r, p, err)
@@ -305,8 +331,11 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 		p.answered.Add(1)
 		return nil
 	}
-	if !s.isOutage(ctx, err) {
+	switch s.failure(ctx, p, err) {
+	case callerGaveUp, notOutage:
 		return err
+	case callerDeadline:
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	s.down(ctx, p, gen, err)
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -347,13 +376,40 @@ func (s *Store) withTimeout(ctx context.Context) (context.Context, context.Cance
 	return ctx, func() {}
 }
 
-// isOutage reports whether err, returned by the primary for a call made
-// with ctx, marks it down. A cancelled caller context never does.
-func (s *Store) isOutage(ctx context.Context, err error) bool {
-	if errors.Is(ctx.Err(), context.Canceled) {
-		return false
+// A failure is what an error of the primary means for the breaker.
+type failure int
+
+const (
+	// outage: the primary could not be reached (see IsUnreachable, or
+	// WithClassifier); it is marked down.
+	outage failure = iota
+	// notOutage: the primary answered, with an error that would be the same
+	// again (an invalid argument, a corrupt bucket, a script error).
+	notOutage
+	// callerGaveUp: the caller cancelled its context.
+	callerGaveUp
+	// callerDeadline: the caller's own deadline ran out while the primary
+	// was slow.
+	callerDeadline
+)
+
+// failure classifies err, returned by the primary for a call made with ctx
+// on partition p. The caller's own deadline or cancellation never opens the
+// breaker: a slow answer is not an outage. A call whose caller's deadline ran
+// out kicks a probe of p (see kick) instead, so that a hung primary is still
+// found within the caller's deadline plus one probe interval. WithTimeout's
+// deadline, which ran out while the caller's had not, is an outage.
+func (s *Store) failure(ctx context.Context, p *part, err error) failure {
+	switch cerr := ctx.Err(); {
+	case errors.Is(cerr, context.Canceled):
+		return callerGaveUp
+	case cerr != nil:
+		s.kick(ctx, p)
+		return callerDeadline
+	case s.classify(err):
+		return outage
 	}
-	return s.classify(err)
+	return notOutage
 }
 
 // serve answers a check on the key prefix+key with the outage behaviour.
@@ -372,6 +428,13 @@ func (s *Store) serve(ctx context.Context, prefix, key string, r ratelimit.Reque
 		return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	}
 	return ratelimit.Decision{}, p.unavailable()
+}
+
+// monotonicClock returns a clock that reads the wall clock once, now, and
+// then advances it by the monotonic clock (memstore's default).
+func monotonicClock() func() time.Time {
+	start := time.Now()
+	return func() time.Time { return start.Add(time.Since(start)) }
 }
 
 // now returns the time of r in microseconds: its own, else the clock's.

@@ -34,6 +34,9 @@ type part struct {
 	// while it moves was slow on its own connection: the primary was
 	// answering, so the probe does not mark it down.
 	answered atomic.Uint64
+	// kicked is when kick last started a probe of the partition (µs on the
+	// Store's clock).
+	kicked atomic.Int64
 }
 
 type downCause struct {
@@ -178,6 +181,32 @@ func (s *Store) MarkAlive() {
 	})
 }
 
+// kick probes p once, in a goroutine of its own bounded by the probe
+// interval (ProbeForever's, or DefaultProbeInterval), unless a kick started
+// one within the last interval. A check whose caller's deadline ran out
+// while the primary was slow calls it: a slow answer is not an outage, but a
+// hung primary must still be found.
+func (s *Store) kick(ctx context.Context, p *part) {
+	interval := time.Duration(s.interval.Load())
+	if interval <= 0 {
+		interval = DefaultProbeInterval
+	}
+	now := s.clock().UnixMicro()
+	last := p.kicked.Load()
+	if now-last < interval.Microseconds() || !p.kicked.CompareAndSwap(last, now) {
+		return
+	}
+	go func() {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interval)
+		defer cancel()
+		if p == s.single {
+			s.probeOne(pctx, p, s.ping)
+		} else {
+			s.probePart(pctx, p)
+		}
+	}()
+}
+
 // Probing reports whether a ProbeForever is running on this Store.
 func (s *Store) Probing() bool { return s.probing.Load() > 0 }
 
@@ -276,6 +305,7 @@ func (s *Store) ProbeForever(ctx context.Context, interval time.Duration, report
 		interval = DefaultProbeInterval
 	}
 	bound := max(interval, minProbeBound)
+	s.interval.Store(int64(interval))
 	s.probing.Add(1)
 	defer s.probing.Add(-1)
 	tick := time.NewTicker(interval)

@@ -94,7 +94,7 @@ func runBench(ctx context.Context, env Env, args []string) error {
 	defer cancel()
 
 	showProgress := f.progress == "on" || f.progress == "auto" && env.StderrTTY
-	fmt.Fprintf(env.Stdout, "bench: %s, %d goroutines, %d subjects, policy %v, cost %d, %v\n",
+	fmt.Fprintf(env.Stdout, "bench: %s, %d goroutines, %d subjects, policy (%v), cost %d, %v\n",
 		st.name, f.concurrency, f.subjects, limit, f.cost, f.duration)
 	res := bench(runCtx, lim, f, showProgress, env.Stderr)
 	res.report(env.Stdout, f.subjects)

@@ -163,7 +163,7 @@ func TestBenchEmbedded(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s %s", code, out, stderr.String())
 	}
-	for _, want := range []string{"bench: memory (embedded", "policy 5/5/1s", "decisions   ", "/s\n", "allowed     ", "latency     p50 ", " p99 ", "subjects    20 of 20 touched"} {
+	for _, want := range []string{"bench: memory (embedded", "policy (capacity 5, refill 5 per 1s)", "decisions   ", "/s\n", "allowed     ", "latency     p50 ", " p99 ", "subjects    20 of 20 touched"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}

@@ -60,15 +60,15 @@ func (p Policies) Names() []string {
 	return names
 }
 
-// String lists the namespaces with their limits, "default=10/10/1s
-// login=10/5/1m0s", for log lines.
+// String lists the namespaces with their limits, "default: capacity 10,
+// refill 10 per 1s; login: capacity 10, refill 5 per 1m", for log lines.
 func (p Policies) String() string {
 	var b strings.Builder
 	for i, n := range p.Names() {
 		if i > 0 {
-			b.WriteByte(' ')
+			b.WriteString("; ")
 		}
-		fmt.Fprintf(&b, "%s=%v", n, p[n])
+		fmt.Fprintf(&b, "%s: %v", n, p[n])
 	}
 	return b.String()
 }

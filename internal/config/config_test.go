@@ -37,7 +37,7 @@ namespaces:
 			t.Errorf("%s = %v, want %v", k, p[k], v)
 		}
 	}
-	if got := p.String(); got != "api.v2=100/100/1s default=10/10/1s login=10/5/1m0s" {
+	if got := p.String(); got != "api.v2: capacity 100, refill 100 per 1s; default: capacity 10, refill 10 per 1s; login: capacity 10, refill 5 per 1m" {
 		t.Errorf("String() = %q", got)
 	}
 }

@@ -256,10 +256,10 @@ func TestReload(t *testing.T) {
 		t.Fatalf("bad reload: %v", err)
 	}
 	if got := s.Policies()["login"]; got != ratelimit.PerMinute(1) {
-		t.Errorf("after a bad reload login = %v, want the old 1/1/1m0s", got)
+		t.Errorf("after a bad reload login = %v, want the old PerMinute(1)", got)
 	}
 	if !strings.Contains(logs.String(), "config reload refused; keeping the previous policies") ||
-		!strings.Contains(logs.String(), "login=1/1/1m0s") {
+		!strings.Contains(logs.String(), "login: capacity 1, refill 1 per 1m") {
 		t.Errorf("log does not say the old policies stay:\n%s", logs.String())
 	}
 	if res := call(t, h, "POST", "/v1/acquire", `{"subject":"a","namespace":"login"}`); res.code != 429 {
