@@ -3,9 +3,10 @@
 #   ./scripts/test.sh [extra go test flags, e.g. -run TestFoo -v]
 #
 # On a fresh Debian machine it installs redis-server and redis-cli (Debian's
-# redis-server and redis-tools packages). No Redis service is needed or
-# started: the tests start their own redis-server processes on free loopback
-# ports (see internal/redistest).
+# redis-server and redis-tools packages) and a headless browser (Debian's
+# chromium package, for the operator page's browser test in cmd/ratelimit).
+# No Redis service is needed or started: the tests start their own
+# redis-server processes on free loopback ports (see internal/redistest).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -20,16 +21,17 @@ POLICY_RC=/usr/sbin/policy-rc.d
 SUDO=
 remove_policy() { $SUDO rm -f "$POLICY_RC"; }
 
-install_redis() {
+# apt_install PACKAGE...: install Debian packages, as root or through sudo.
+apt_install() {
 	if [ "$(id -u)" -ne 0 ]; then
 		if ! command -v sudo >/dev/null; then
-			log "redis-server is missing and sudo is not available: install Debian's redis-server and redis-tools as root"
+			log "$* missing and sudo is not available: install Debian's $* as root"
 			exit 1
 		fi
 		SUDO=sudo
 	fi
-	# Keep the Debian redis-server service from being started by the
-	# package's postinst: the tests start their own servers.
+	# Keep package scripts (redis-server's postinst) from starting a
+	# service: the tests start their own servers.
 	local own_policy=0
 	if [ ! -e "$POLICY_RC" ]; then
 		own_policy=1
@@ -39,7 +41,7 @@ install_redis() {
 	fi
 	$SUDO apt-get update
 	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y \
-		-o DPkg::Lock::Timeout=600 --no-install-recommends redis-server redis-tools
+		-o DPkg::Lock::Timeout=600 --no-install-recommends "$@"
 	if [ "$own_policy" = 1 ]; then
 		remove_policy
 		trap - EXIT
@@ -50,10 +52,19 @@ have_redis() { command -v redis-server >/dev/null && command -v redis-cli >/dev/
 
 if ! have_redis; then
 	log "redis-server or redis-cli not found: installing Debian's redis-server and redis-tools"
-	install_redis
+	apt_install redis-server redis-tools
 	have_redis || { log "redis-server still not found after apt-get install"; exit 1; }
 fi
 log "$(redis-server --version)"
+
+# The operator page's test (cmd/ratelimit) drives this browser and fails
+# when it is missing.
+if [ ! -x /usr/bin/chromium ]; then
+	log "/usr/bin/chromium not found: installing Debian's chromium"
+	apt_install chromium
+	[ -x /usr/bin/chromium ] || { log "/usr/bin/chromium still not found after apt-get install"; exit 1; }
+fi
+log "$(/usr/bin/chromium --version 2>/dev/null)"
 
 command -v go >/dev/null || { log "go not found on PATH"; exit 1; }
 

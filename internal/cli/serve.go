@@ -32,6 +32,8 @@ this process and listens on 127.0.0.1:8080, with one namespace, "default":
   POST /v1/reset    delete the subject's bucket
   GET  /healthz     liveness, the store and whether it is in an outage
   GET  /metrics     Prometheus text format, series ratelimit_*
+  GET  /v1/stats    the operator page's figures as JSON (with --token-file, behind the token)
+  GET  /            the operator page: a live view of /v1/stats for a browser
 
 Responses carry RateLimit-Policy, RateLimit, X-RateLimit-Limit, -Remaining,
 -Reset, and Retry-After on a denial. --config names a YAML file of namespaces
@@ -48,6 +50,7 @@ type serveFlags struct {
 	trusted                                                                             stringList
 	timeout, shutdown                                                                   time.Duration
 	fleet                                                                               int
+	topDenied                                                                           bool
 	redis                                                                               redisFlags
 }
 
@@ -68,6 +71,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	fs.Var(&f.trusted, "trusted-proxies", "with --key ip, the `CIDRs` of proxies whose forwarding header is believed (none by default)")
 	fs.StringVar(&f.forwarded, "forwarded-header", "X-Forwarded-For", "with --trusted-proxies, the header they write: X-Forwarded-For or Forwarded")
 	fs.StringVar(&f.body, "body", "text", "with --upstream, the body of 429 and other limiter responses: text or json")
+	fs.BoolVar(&f.topDenied, "show-top-denied", false, "list the most denied subjects of the last minutes on the operator page and /v1/stats (subjects can be personal data)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 10*time.Second, "on SIGINT or SIGTERM, how long in-flight requests may take to finish")
 	var envoy envoyFlags // the Envoy rate limit service: envoy.go
 	envoy.register(fs)
@@ -107,9 +111,10 @@ func runServe(ctx context.Context, env Env, args []string) error {
 
 	log := slog.New(slog.NewTextHandler(env.Stderr, nil))
 	metrics := server.NewMetrics()
+	stats := server.NewStats(server.StatsOptions{TopDenied: f.topDenied})
 	st, err := openStore(storeOptions{
 		redis: f.redis, outage: outage, useOutage: true, fleetShare: f.fleet, timeout: f.timeout,
-		observer: ratelimit.Observers(metrics.Observer(), logOutages(log)),
+		observer: ratelimit.Observers(metrics.Observer(), stats, logOutages(log)),
 	})
 	if err != nil {
 		return err
@@ -118,6 +123,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	svc, err := server.New(server.Options{
 		Store: st.store, StoreName: st.name, Policies: policies, Token: token, Timeout: f.timeout,
 		Outage: outage, Degraded: st.degraded, Metrics: metrics, Logger: log,
+		Stats: stats, StoreKind: st.kind(), Masters: st.masters(),
 	})
 	if err != nil {
 		return err

@@ -1,5 +1,6 @@
 // Package server is the HTTP decision service of the ratelimit command: the
-// JSON API (POST /v1/acquire, /v1/peek, /v1/reset), /healthz, /metrics, and a
+// JSON API (POST /v1/acquire, /v1/peek, /v1/reset), /healthz, /metrics, an
+// operator page (GET /, reading GET /v1/stats; see Stats), and a
 // rate-limiting reverse proxy built on package httplimit.
 //
 // Policies are a set of namespaces, each with its limit (package config),
@@ -46,6 +47,13 @@ type Options struct {
 	// StoreName describes the store in /healthz and the log, e.g. "memory"
 	// or "redis 127.0.0.1:6379". It must not hold a password.
 	StoreName string
+	// StoreKind is StoreEmbedded, StoreRedis or StoreCluster, for the
+	// operator page ("" when unknown).
+	StoreKind string
+	// Masters lists a Cluster's masters (host:port), for the operator
+	// page, which shows the state of each. It is called with a short
+	// deadline on each /v1/stats request; nil means none.
+	Masters func(ctx context.Context) ([]string, error)
 	// Policies are the namespaces to start with (default config.Default()).
 	Policies config.Policies
 	// Token, when set, is the bearer token /v1/ requires.
@@ -62,6 +70,11 @@ type Options struct {
 	// Metrics receives the service's metrics (default: a new Metrics).
 	// Its Observer is attached to the Limiter of every namespace.
 	Metrics *Metrics
+	// Stats receives the figures of the operator page (default: a new
+	// Stats with no store kind and no most-denied subjects). Like Metrics,
+	// it is attached to the Limiter of every namespace; it records the
+	// reloads too.
+	Stats *Stats
 	// Logger receives errors and reloads (default: discard).
 	Logger *slog.Logger
 	// Clock, when set, is the time of every check and of the headers. By
@@ -74,11 +87,14 @@ type Options struct {
 type Service struct {
 	store      ratelimit.Store
 	name       string
+	kind       string
+	masters    func(ctx context.Context) ([]string, error)
 	token      []byte
 	timeout    time.Duration
 	outage     ratelimit.Outage
 	degraded   func() bool
 	metrics    *Metrics
+	stats      *Stats
 	log        *slog.Logger
 	clock      func() time.Time
 	now        func() time.Time
@@ -102,11 +118,14 @@ func New(o Options) (*Service, error) {
 	s := &Service{
 		store:    o.Store,
 		name:     o.StoreName,
+		kind:     o.StoreKind,
+		masters:  o.Masters,
 		token:    []byte(o.Token),
 		timeout:  o.Timeout,
 		outage:   o.Outage,
 		degraded: o.Degraded,
 		metrics:  o.Metrics,
+		stats:    o.Stats,
 		log:      o.Logger,
 		clock:    o.Clock,
 		now:      o.Clock,
@@ -119,6 +138,9 @@ func New(o Options) (*Service, error) {
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
+	}
+	if s.stats == nil {
+		s.stats = NewStats(StatsOptions{Clock: o.Clock})
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -156,8 +178,9 @@ func (s *Service) SetPolicies(p config.Policies) error {
 		}
 	}
 	set := &policySet{limits: make(config.Policies, len(p)), limiters: make(map[string]*ratelimit.Limiter[string], len(p))}
+	observer := ratelimit.Observers(s.metrics.observer, s.stats)
 	for ns, l := range p {
-		opts := []ratelimit.Option{ratelimit.WithNamespace(ns), ratelimit.WithObserver(s.metrics.observer)}
+		opts := []ratelimit.Option{ratelimit.WithNamespace(ns), ratelimit.WithObserver(observer)}
 		if s.clock != nil {
 			opts = append(opts, ratelimit.WithClock(s.clock))
 		}
@@ -185,12 +208,14 @@ func (s *Service) Policies() config.Policies {
 // Reload loads the policies from the file at path and puts them in force.
 // On any error the policies in force stay, and the error says why; it is
 // also logged, with the file and the namespaces kept, and counted in
-// ratelimit_config_reloads_total{result="error"}.
+// ratelimit_config_reloads_total{result="error"}. The outcome is in
+// /v1/stats either way.
 func (s *Service) Reload(path string) error {
 	p, err := config.Load(path)
 	if err == nil {
 		err = s.SetPolicies(p)
 	}
+	s.stats.recordReload(path, err)
 	if err != nil {
 		s.metrics.reloads.WithLabelValues("error").Inc()
 		s.log.Error("config reload refused; keeping the previous policies",
@@ -259,17 +284,20 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 }
 
 // Handler returns the service's HTTP API: POST /v1/acquire, /v1/peek and
-// /v1/reset, GET /healthz and GET /metrics. Every other path is 404.
+// /v1/reset, GET /v1/stats, GET /healthz and GET /metrics, and the operator
+// page, GET / with its /page.css and /page.js. /v1/ needs the token when
+// there is one; the page holds no figure and is served to anyone, and its
+// script asks for the token when /v1/stats wants it. Every other path is
+// 404.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/acquire", s.api(opAcquire))
 	mux.Handle("/v1/peek", s.api(opPeek))
 	mux.Handle("/v1/reset", s.api(opReset))
+	mux.HandleFunc("/v1/stats", s.serveStats)
 	mux.HandleFunc("/healthz", s.healthz)
 	mux.HandleFunc("/metrics", s.serveMetrics)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.fail(w, "/", http.StatusNotFound, fmt.Sprintf("no such endpoint %s; the API is POST /v1/acquire, /v1/peek, /v1/reset, GET /healthz, /metrics", r.URL.Path))
-	})
+	mux.HandleFunc("/", s.servePage)
 	return mux
 }
 
