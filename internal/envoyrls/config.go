@@ -45,7 +45,6 @@ var Units = map[string]time.Duration{
 // safe for simultaneous use by multiple goroutines.
 type Config struct {
 	domains map[string]*node
-	files   []string
 	rules   int
 }
 
@@ -216,7 +215,7 @@ func readFile(path string) ([]byte, error) {
 }
 
 func compile(files []string, srcs map[string][]byte) (*Config, error) {
-	c := &Config{domains: map[string]*node{}, files: files}
+	c := &Config{domains: map[string]*node{}}
 	owner := map[string]string{}
 	for _, name := range files {
 		y, err := decode(srcs[name])
