@@ -37,17 +37,17 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// Partitioner is the optional capability of a primary Store whose keys are
-// kept by parts that fail on their own: redisstore over a Redis Cluster,
+// Partitioner is the optional capability of a primary Store whose keys may
+// be kept by parts that fail on their own: redisstore over a Redis Cluster,
 // whose partitions are its masters. Without WithPartitions, a Store whose
-// primary has it keeps one liveness flag per partition, so that a master
-// that fails sends only its own subjects to the outage behaviour. See
-// WithPartitions for what the two methods must do.
+// primary has it and reports partitions keeps one liveness flag per
+// partition, so that a master that fails sends only its own subjects to the
+// outage behaviour.
 type Partitioner interface {
-	// Partition names the partition that serves key, without I/O.
-	Partition(ctx context.Context, key string) string
-	// PingPartition returns nil when the partition answered within ctx.
-	PingPartition(ctx context.Context, partition string) error
+	// Partitions returns the partition and ping functions of
+	// WithPartitions, or nil ones when the store is one partition (a
+	// single Redis server).
+	Partitions() (partition func(ctx context.Context, key string) string, ping func(ctx context.Context, partition string) error)
 }
 
 // Store wraps a primary ratelimit.Store with an outage behaviour, a breaker
@@ -241,7 +241,9 @@ func New(primary ratelimit.Store, opts ...Option) (*Store, error) {
 	}
 	s.split, _ = primary.(ratelimit.SplitKeyStore)
 	if pp, ok := primary.(Partitioner); ok && s.partOf == nil {
-		s.partOf, s.pingPart = pp.Partition, pp.PingPartition
+		if partition, ping := pp.Partitions(); partition != nil && ping != nil {
+			s.partOf, s.pingPart = partition, ping
+		}
 	}
 	if s.ping == nil {
 		if p, ok := primary.(Pinger); ok {
@@ -403,13 +405,20 @@ func (s *Store) failure(ctx context.Context, p *part, err error) failure {
 	switch cerr := ctx.Err(); {
 	case errors.Is(cerr, context.Canceled):
 		return callerGaveUp
-	case cerr != nil:
+	case cerr != nil || pastDeadline(ctx):
 		s.kick(ctx, p)
 		return callerDeadline
 	case s.classify(err):
 		return outage
 	}
 	return notOutage
+}
+
+// pastDeadline reports whether ctx's deadline has passed: a connection's
+// read deadline, set from it, can fire before the context's own timer does.
+func pastDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // serve answers a check on the key prefix+key with the outage behaviour.

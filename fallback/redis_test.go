@@ -192,7 +192,7 @@ func TestRedisHung(t *testing.T) {
 	t.Logf("FIGURE sigstop: breaker open %v after SIGSTOP, first fallback decision after %v, recover %v after SIGCONT (bound %v; first store answer %v), slowest check %v (deadline %v), %d checks ran into their deadline (bound %d), %d checks, %d not on the store, %d errors",
 		downAt.Sub(stopAt), fig.detect, fig.recover, 3*probeInterval, fig.answered, fig.slowest, deadline, fig.deadlined, 2*workers, len(events), fig.bad, fig.errs)
 	if fig.errs > 0 {
-		t.Errorf("%d checks returned an error, want a Decision from the fallback", fig.errs)
+		t.Errorf("%d checks returned an error, want a Decision from the fallback: %v", fig.errs, firstErr(events))
 	}
 	if fig.slowest > deadline+slack {
 		t.Errorf("slowest check %v, want at most the deadline %v (+%v)", fig.slowest, deadline, slack)
@@ -336,7 +336,7 @@ func TestProxyDropAndStall(t *testing.T) {
 		t.Logf("FIGURE proxy %s: breaker open %v after the fault, first fallback decision after %v, recover %v after Resume (bound %v; first store answer %v), slowest check %v (deadline %v), %d checks ran into their deadline (bound %d), %d checks, %d not on the store, %d errors",
 			fault.name, downAt.Sub(faultAt), fig.detect, fig.recover, 3*probeInterval, fig.answered, fig.slowest, deadline, fig.deadlined, 2*workers, len(events), fig.bad, fig.errs)
 		if fig.errs > 0 {
-			t.Errorf("%s: %d checks returned an error, want a Decision from the fallback", fault.name, fig.errs)
+			t.Errorf("%s: %d checks returned an error, want a Decision from the fallback: %v", fault.name, fig.errs, firstErr(events))
 		}
 		if fig.slowest > deadline+slack {
 			t.Errorf("%s: slowest check %v, want at most the deadline %v (+%v)", fault.name, fig.slowest, deadline, slack)
@@ -542,4 +542,14 @@ func TestClusterFailover(t *testing.T) {
 			t.Errorf("%s: IsAlive false again after the failover: the dead master's partition came back", name)
 		}
 	}
+}
+
+// firstErr returns the first error among events.
+func firstErr(events []event) error {
+	for _, e := range events {
+		if e.err != nil {
+			return e.err
+		}
+	}
+	return nil
 }

@@ -168,15 +168,23 @@ func (s *Store) eval(ctx context.Context, keys []string, args []any) (any, error
 func (s *Store) Ping(ctx context.Context) error {
 	switch c := s.client.(type) {
 	case *redis.Client:
+		// The lock guards the client, not the ping: a ping waiting on a
+		// hung server must not hold back another ping with a shorter
+		// deadline (its wait for the one connection ends with its ctx).
 		s.probeMu.Lock()
-		defer s.probeMu.Unlock()
 		if s.probe == nil {
 			s.probe = redis.NewClient(s.probeOpts)
 		}
-		err := s.probe.Ping(ctx).Err()
+		probe := s.probe
+		s.probeMu.Unlock()
+		err := probe.Ping(ctx).Err()
 		if err != nil {
-			s.probe.Close()
-			s.probe = nil
+			s.probeMu.Lock()
+			if s.probe == probe {
+				s.probe = nil
+			}
+			s.probeMu.Unlock()
+			probe.Close()
 		}
 		return err
 	case *redis.ClusterClient:
@@ -198,6 +206,17 @@ func (s *Store) Close() error {
 	err := s.probe.Close()
 	s.probe = nil
 	return err
+}
+
+// Partitions returns Partition and PingPartition on Cluster, and nil
+// functions on a single server, which is one partition: package fallback
+// then keeps one liveness flag per master without WithPartitions (see
+// fallback.Partitioner).
+func (s *Store) Partitions() (partition func(ctx context.Context, key string) string, ping func(ctx context.Context, partition string) error) {
+	if s.cluster == nil {
+		return nil, nil
+	}
+	return s.Partition, s.PingPartition
 }
 
 // Partition names the partition of the server that keeps key's bucket: on
