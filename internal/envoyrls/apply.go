@@ -2,13 +2,15 @@ package envoyrls
 
 import (
 	"context"
+	"errors"
 
 	"github.com/exactlimit/ratelimit"
 )
 
 // applyAll decides items as one, all or nothing, through store: with one
 // item a plain Apply; on a ratelimit.AtomicStore one ApplyAll call, which
-// charges every item or none atomically.
+// charges every item or none atomically (on Cluster, see redisstore's
+// ApplyAll for what holds across slots).
 //
 // A store without ApplyAll gets the sequential path: every item is first
 // peeked, and when any bucket lacks its cost nothing is taken; otherwise each
@@ -23,7 +25,11 @@ func applyAll(ctx context.Context, store ratelimit.Store, items []ratelimit.Batc
 		return err
 	}
 	if as, ok := store.(ratelimit.AtomicStore); ok {
-		return as.ApplyAll(ctx, items)
+		// A wrapper (package fallback's) over a store without ApplyAll
+		// says so with errors.ErrUnsupported, having decided nothing.
+		if err := as.ApplyAll(ctx, items); !errors.Is(err, errors.ErrUnsupported) {
+			return err
+		}
 	}
 	return applySequential(ctx, store, items)
 }
