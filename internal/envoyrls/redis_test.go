@@ -18,6 +18,7 @@ import (
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/redistest"
 	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/redis/go-redis/v9"
 )
 
 // prefixed is a Store whose keys get a prefix, so that subtests sharing one
@@ -196,4 +197,52 @@ func TestClusterAllOrNothingAcrossSlots(t *testing.T) {
 		t.Fatalf("the two buckets %q share a slot: the test does not cross slots", last)
 	}
 	wantStatus(t, "the other slot's bucket, untouched", f.ask(t, 0, desc("to_number=slots")).Statuses[0], ok, 99, 100)
+}
+
+// scripts counts the script calls a client sends, alone or in pipelines.
+type scripts struct{ n atomic.Int64 }
+
+func (s *scripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s *scripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		s.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (s *scripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			s.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (s *scripts) count(c redis.Cmder) {
+	if n := c.Name(); n == "evalsha" || n == "eval" {
+		s.n.Add(1)
+	}
+}
+
+// TestOneScriptCallPerRequest: on one Redis, behind package fallback as
+// serve builds it, a request of three descriptors is one script call.
+func TestOneScriptCallPerRequest(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := redistest.NewClient(srv.Addr())
+	t.Cleanup(func() { client.Close() })
+	var sc scripts
+	client.AddHook(&sc)
+	fb, err := fallback.New(redisstore.New(client), fallback.WithOutage(ratelimit.FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := serve(t, fb, e2eConfig, Headers{})
+	f.ask(t, 0, desc("remote_address=warm")) // loads the script
+	before := sc.n.Load()
+	r := f.ask(t, 0, desc("remote_address=one"), desc("to_number=one"), desc("burst_key=one"))
+	if r.OverallCode != ok {
+		t.Fatalf("got %v", r.OverallCode)
+	}
+	if got := sc.n.Load() - before; got != 1 {
+		t.Errorf("three descriptors: %d script calls, want 1", got)
+	}
 }
