@@ -246,3 +246,33 @@ func TestOneScriptCallPerRequest(t *testing.T) {
 		t.Errorf("three descriptors: %d script calls, want 1", got)
 	}
 }
+
+// TestHungRedisCostsOneTimeout: with Redis behind a stalled network, the
+// first request waits out the store timeout and opens fallback's breaker;
+// the next ones are answered by the outage behaviour at once.
+func TestHungRedisCostsOneTimeout(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	client := redistest.NewClient(proxy.Addr())
+	t.Cleanup(func() { client.Close() })
+	const timeout = 200 * time.Millisecond
+	fb, err := fallback.New(redisstore.New(client), fallback.WithOutage(ratelimit.FailClosed), fallback.WithTimeout(timeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := serve(t, fb, e2eConfig, Headers{})
+	f.ask(t, 0, desc("remote_address=warm"), desc("to_number=warm"))
+	proxy.Stall()
+	defer proxy.Resume()
+	start := time.Now()
+	const n = 20
+	for range n {
+		if r := f.ask(t, 0, desc("remote_address=hung"), desc("to_number=hung")); r.OverallCode != over {
+			t.Fatalf("fail-closed with Redis hung: got %v", r.OverallCode)
+		}
+	}
+	// A timeout each would take n * 200ms = 4s.
+	if el := time.Since(start); el > n*timeout/2 {
+		t.Errorf("%d requests with Redis hung took %v: more than one waited for the store", n, el)
+	}
+}
