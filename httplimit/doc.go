@@ -12,8 +12,10 @@
 //
 // # Responses
 //
-// Allowed and denied responses carry the same headers, set from the
-// Decision (see SetHeaders):
+// Allowed and denied (429) responses carry the same headers, set from the
+// Decision (see SetHeaders); the middleware's other responses (400, 431,
+// 503) and requests passed without an enforced decision (fail-open,
+// skipped) carry none:
 //
 //	RateLimit-Policy: "api";q=10;w=1
 //	RateLimit: "api";r=9;t=1
@@ -41,7 +43,28 @@
 // keys, for example a limit per client and per route.
 //
 // A request for which the key function fails (or returns "") gets 400 Bad
-// Request, or is passed to the handler unlimited with PassMissingKey.
+// Request, or is passed to the handler unlimited with PassMissingKey. A key
+// longer than MaxKeyBytes (1,024 bytes, as the service's subjects) is
+// answered 431 Request Header Fields Too Large, with or without
+// PassMissingKey, and never reaches the store. Keys are used byte for byte.
+// WithSkip exempts requests (health checks, OPTIONS) from the limit.
+//
+// # Several limits
+//
+// To hold a route to several limits (2 per second and 100 per minute, say),
+// give one middleware a Limiter built with ratelimit.NewMulti: one check of
+// all of them, all-or-nothing, so a request denied by one limit spends no
+// token of the others, and the headers list every limit. Stacking two
+// middlewares is not the same: the outer one takes its token before the
+// inner one checks, a request the inner one denies has still spent the outer
+// token, and the inner middleware's headers replace the outer's.
+//
+// # Timeouts
+//
+// Each check is bounded by WithTimeout (DefaultTimeout, 500 ms, unless set):
+// a store that hangs costs a request that long at most, and the outage
+// behaviour answers it. The middleware does not bound the handler or the
+// connection; set the http.Server's timeouts.
 //
 // # Outages
 //

@@ -43,3 +43,37 @@ func Example() {
 	// 200 RateLimit: "api";r=0;t=60 Retry-After: "" hello
 	// 429 RateLimit: "api";r=0;t=60 Retry-After: "30" rate limit exceeded: retry in 30 s
 }
+
+// Two limits checked together on one route, with health checks and CORS
+// preflights exempt.
+func ExampleWithSkip() {
+	now := func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
+	lim, err := ratelimit.NewMulti[string](memstore.New(),
+		[]ratelimit.Limit{ratelimit.PerSecond(1), ratelimit.PerMinute(30)},
+		ratelimit.WithNamespace("api"), ratelimit.WithClock(now))
+	if err != nil {
+		panic(err)
+	}
+	mw, err := httplimit.New(lim,
+		httplimit.WithPolicyName("api"),
+		httplimit.WithClock(now),
+		httplimit.WithTimeout(200*time.Millisecond),
+		httplimit.WithSkip(func(r *http.Request) bool {
+			return r.URL.Path == "/healthz" || r.Method == http.MethodOptions
+		}))
+	if err != nil {
+		panic(err)
+	}
+	h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for _, req := range [][2]string{{"GET", "/healthz"}, {"OPTIONS", "/items"}, {"GET", "/items"}, {"GET", "/items"}} {
+		r := httptest.NewRequest(req[0], req[1], nil)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Printf("%s %s: %d RateLimit: %q\n", req[0], req[1], w.Code, w.Header().Get("RateLimit"))
+	}
+	// Output:
+	// GET /healthz: 200 RateLimit: ""
+	// OPTIONS /items: 200 RateLimit: ""
+	// GET /items: 200 RateLimit: "\"api-1\";r=0;t=1"
+	// GET /items: 429 RateLimit: "\"api-1\";r=0;t=1"
+}

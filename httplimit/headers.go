@@ -16,11 +16,12 @@ import (
 //     w is the time an empty bucket takes to fill, rounded up. With several
 //     limits they are named name-1, name-2, ...
 //   - RateLimit gives the limit that bound d as "name";r=remaining;t=seconds,
-//     with t the seconds until the bucket is full, rounded up.
+//     with t the seconds until that limit's bucket is full, rounded up: with
+//     several limits, r and t both belong to the limit the field names.
 //   - X-RateLimit-Limit is that limit's capacity (d.Limit's when it is not one
 //     of limits, as a fallback's share), X-RateLimit-Remaining the
 //     tokens left, and X-RateLimit-Reset the Unix time, in seconds rounded
-//     up, when the bucket is full.
+//     up, when that bucket is full.
 //
 // Retry-After is not set here: it belongs to denials only, and the middleware
 // adds it. SetHeaders sets nothing when limits is empty and d carries no
@@ -56,7 +57,13 @@ func SetHeaders(h http.Header, name string, limits []ratelimit.Limit, d ratelimi
 		}
 	}
 	remaining := max(d.Remaining, 0)
-	reset := ceilSeconds(d.ResetAfter)
+	resetAfter := max(d.ResetAfter, 0)
+	if len(limits) > 1 && found {
+		// d.ResetAfter is when every bucket is full; RateLimit names one
+		// limit, so its t is when that limit's bucket is full.
+		resetAfter = min(resetAfter, fullAfter(limits[bound], remaining))
+	}
+	reset := ceilSeconds(resetAfter)
 	h.Set("RateLimit-Policy", policy.String())
 	h.Set("RateLimit", names(bound)+";r="+strconv.FormatInt(remaining, 10)+";t="+strconv.FormatInt(reset, 10))
 	capacity := limits[bound].Capacity
@@ -68,7 +75,19 @@ func SetHeaders(h http.Header, name string, limits []ratelimit.Limit, d ratelimi
 	}
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(max(capacity, 0), 10))
 	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilUnix(now.Add(max(d.ResetAfter, 0))), 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilUnix(now.Add(resetAfter)), 10))
+}
+
+// fullAfter returns the time a bucket of l holding remaining whole tokens
+// takes to fill at most: the missing tokens' refill, rounded up.
+func fullAfter(l ratelimit.Limit, remaining int64) time.Duration {
+	if l.Validate() != nil {
+		return 0
+	}
+	missing := max(l.Capacity-remaining, 0)
+	// Validate bounds capacity * period in µs by 2^52: no overflow.
+	us := (missing*l.RefillPeriod.Microseconds() + l.RefillTokens - 1) / l.RefillTokens
+	return time.Duration(us) * time.Microsecond
 }
 
 // window returns the whole seconds, rounded up and at least 1, an empty

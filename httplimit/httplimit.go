@@ -38,6 +38,22 @@ type CostFunc func(r *http.Request) (int64, error)
 // when a request carries no key.
 var ErrNoKey = errors.New("no rate-limit key")
 
+// ErrKeyTooLong is wrapped by the error of a request whose key is longer
+// than MaxKeyBytes. Such a request is answered 431 Request Header Fields Too
+// Large, even with PassMissingKey: it is never passed on unlimited, and its
+// key never reaches the store.
+var ErrKeyTooLong = errors.New("rate-limit key too long")
+
+// MaxKeyBytes bounds a request's key, as the ratelimit service bounds a
+// subject: a longer key (from Header, Join or any KeyFunc) is refused with
+// ErrKeyTooLong rather than stored.
+const MaxKeyBytes = 1024
+
+// DefaultTimeout bounds each check when WithTimeout does not set another,
+// as the ratelimit service's --timeout does: a store that hangs costs a
+// request at most this long before the outage behaviour answers it.
+const DefaultTimeout = 500 * time.Millisecond
+
 // DefaultPolicyName is the name the headers give the policy unless
 // WithPolicyName sets another.
 const DefaultPolicyName = "default"
@@ -55,6 +71,8 @@ type Middleware struct {
 	clock     func() time.Time
 	onError   func(http.ResponseWriter, *http.Request, error)
 	local     *memstore.Store
+	timeout   time.Duration
+	skip      func(*http.Request) bool
 }
 
 // Option configures a Middleware.
@@ -93,6 +111,17 @@ func WithJSON() Option { return func(m *Middleware) { m.json = true } }
 // time.Now). The decisions themselves take their time from the Limiter.
 func WithClock(clock func() time.Time) Option { return func(m *Middleware) { m.clock = clock } }
 
+// WithTimeout bounds each check of the Limiter (default DefaultTimeout). A
+// check that takes longer fails with context.DeadlineExceeded and is
+// answered by the outage behaviour (WithOutage), as any store error is. It
+// must be positive.
+func WithTimeout(d time.Duration) Option { return func(m *Middleware) { m.timeout = d } }
+
+// WithSkip sets a function that exempts requests from the limit: a request
+// for which skip returns true is passed to the handler without a check and
+// without rate-limit headers (health checks, CORS preflight OPTIONS).
+func WithSkip(skip func(r *http.Request) bool) Option { return func(m *Middleware) { m.skip = skip } }
+
 // New returns a Middleware that limits requests with lim. The error reports
 // a nil Limiter or key function, an unknown outage behaviour, or a policy
 // name that cannot be sent in a header.
@@ -101,11 +130,12 @@ func New(lim Limiter, opts ...Option) (*Middleware, error) {
 		return nil, errors.New("httplimit: limiter must not be nil")
 	}
 	m := &Middleware{
-		lim:    lim,
-		key:    ClientIP,
-		name:   DefaultPolicyName,
-		outage: ratelimit.FailClosed,
-		clock:  time.Now,
+		lim:     lim,
+		key:     ClientIP,
+		name:    DefaultPolicyName,
+		outage:  ratelimit.FailClosed,
+		clock:   time.Now,
+		timeout: DefaultTimeout,
 	}
 	for _, o := range opts {
 		o(m)
@@ -115,6 +145,8 @@ func New(lim Limiter, opts ...Option) (*Middleware, error) {
 		return nil, errors.New("httplimit: key function must not be nil")
 	case m.clock == nil:
 		return nil, errors.New("httplimit: clock must not be nil")
+	case m.timeout <= 0:
+		return nil, fmt.Errorf("httplimit: timeout must be positive (got %v)", m.timeout)
 	case m.outage > ratelimit.LocalFallback:
 		return nil, fmt.Errorf("httplimit: unknown outage behaviour %d", m.outage)
 	case !validName(m.name):
@@ -135,9 +167,20 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if m.skip != nil && m.skip(r) {
+		next.ServeHTTP(w, r)
+		return
+	}
 	key, err := m.key(r)
-	if err == nil && key == "" {
+	switch {
+	case err == nil && key == "":
 		err = ErrNoKey
+	case err == nil && len(key) > MaxKeyBytes:
+		err = fmt.Errorf("%w: the key is longer than %d bytes", ErrKeyTooLong, MaxKeyBytes)
+	}
+	if errors.Is(err, ErrKeyTooLong) {
+		m.reply(w, http.StatusRequestHeaderFieldsTooLarge, "rate limit: "+err.Error(), 0)
+		return
 	}
 	if err != nil {
 		if m.passNoKey {
@@ -154,7 +197,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return
 		}
 	}
-	d, err := m.lim.TryAcquireN(r.Context(), key, cost)
+	d, err := m.check(r.Context(), key, cost)
 	if err != nil {
 		switch {
 		case errors.Is(err, ratelimit.ErrInvalidArgument):
@@ -205,6 +248,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	next.ServeHTTP(w, r)
+}
+
+// check asks the Limiter, bounded by the middleware's timeout.
+func (m *Middleware) check(ctx context.Context, key string, cost int64) (ratelimit.Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	return m.lim.TryAcquireN(ctx, key, cost)
 }
 
 func (m *Middleware) unavailable(w http.ResponseWriter) {

@@ -149,6 +149,18 @@ func TestHeaders(t *testing.T) {
 				{0, 429, map[string]string{"RateLimit": `"api-2";r=0;t=60`, "Retry-After": "20", "X-RateLimit-Limit": "3"}},
 			},
 		},
+		{
+			name:   "with several limits, RateLimit's r and t belong to the limit it names",
+			limits: []ratelimit.Limit{ratelimit.PerSecond(2), ratelimit.PerMinute(5)},
+			opts:   []Option{WithPolicyName("multi")},
+			steps: []step{
+				{0, 200, map[string]string{"RateLimit": `"multi-1";r=1;t=1`}},
+				{0, 200, map[string]string{"RateLimit": `"multi-1";r=0;t=1`, "X-RateLimit-Reset": ts(time.Second)}},
+				{0, 429, map[string]string{
+					"RateLimit-Policy": `"multi-1";q=2;w=1, "multi-2";q=5;w=60`,
+					"RateLimit":        `"multi-1";r=0;t=1`, "X-RateLimit-Limit": "2", "X-RateLimit-Reset": ts(time.Second)}},
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -49,10 +50,31 @@ type TrustedProxies struct {
 // used; if an entry is not an IP address (Forwarded allows "unknown" and
 // obfuscated names), the trusted proxy that reported it is keyed instead.
 func (p TrustedProxies) ClientIP(r *http.Request) (string, error) {
-	a, err := peerAddr(r)
+	chain, err := p.Chain(r)
 	if err != nil {
 		return "", err
 	}
+	a := chain[0]
+	if a.Is6() && p.IPv6Bits > 0 && p.IPv6Bits < 128 {
+		pfx, _ := a.Prefix(p.IPv6Bits)
+		return pfx.String(), nil
+	}
+	return a.String(), nil
+}
+
+// Chain returns the addresses p vouches for on the request's way, from the
+// client to the connection's peer: the peer alone when it is not one of p's
+// proxies, else the addresses the trusted proxies appended to p.Header, from
+// the right, up to and including the first that is not trusted (the
+// client), followed by the peer. Whatever a client wrote further left is not
+// in it. ClientIP keys by its first address; a proxy forwarding the request
+// should send the chain on, not the header it received.
+func (p TrustedProxies) Chain(r *http.Request) ([]netip.Addr, error) {
+	a, err := peerAddr(r)
+	if err != nil {
+		return nil, err
+	}
+	chain := []netip.Addr{a}
 	if p.trusted(a) {
 		var hops []string
 		if strings.EqualFold(p.Header, "Forwarded") {
@@ -69,17 +91,14 @@ func (p TrustedProxies) ClientIP(r *http.Request) (string, error) {
 			if !ok {
 				break
 			}
-			a = h
-			if !p.trusted(a) {
+			chain = append(chain, h)
+			if !p.trusted(h) {
 				break
 			}
 		}
 	}
-	if a.Is6() && p.IPv6Bits > 0 && p.IPv6Bits < 128 {
-		pfx, _ := a.Prefix(p.IPv6Bits)
-		return pfx.String(), nil
-	}
-	return a.String(), nil
+	slices.Reverse(chain)
+	return chain, nil
 }
 
 func (p TrustedProxies) trusted(a netip.Addr) bool {
@@ -116,14 +135,19 @@ func ParsePrefixes(list ...string) ([]netip.Prefix, error) {
 }
 
 // Header returns a KeyFunc that keys a request by the value of header name,
-// for example an API key. A request without the header, or with an empty
-// one, has no key.
+// for example an API key, byte for byte. A request without the header, or
+// with an empty one, has no key; a value longer than MaxKeyBytes is refused
+// with ErrKeyTooLong (431), so that a client cannot make the store keep
+// keys of any size.
 func Header(name string) KeyFunc {
 	canon := http.CanonicalHeaderKey(name)
 	return func(r *http.Request) (string, error) {
 		v := strings.TrimSpace(r.Header.Get(canon))
 		if v == "" {
 			return "", fmt.Errorf("%w: missing %s header", ErrNoKey, canon)
+		}
+		if len(v) > MaxKeyBytes {
+			return "", fmt.Errorf("%w: %s header is longer than %d bytes", ErrKeyTooLong, canon, MaxKeyBytes)
 		}
 		return v, nil
 	}

@@ -55,7 +55,8 @@ Usage:
 		fmt.Fprintf(w, "  ratelimit %-8s %-30s %s\n", c.name, c.args, c.short)
 	}
 	fmt.Fprint(w, `
-Run 'ratelimit COMMAND --help' for the flags of a command.
+Run 'ratelimit COMMAND --help' for the flags of a command, and
+'ratelimit --version' for the version of this build.
 `)
 }
 
@@ -73,6 +74,9 @@ func Main(ctx context.Context, args []string, env Env) int {
 	}
 	name := args[0]
 	switch name {
+	case "-version", "--version", "version":
+		printVersion(env.Stdout)
+		return 0
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && name == "help" {
 			return Main(ctx, []string{args[1], "--help"}, env)
@@ -107,7 +111,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 // newFlagSet returns a flag set whose --help prints the command's usage to
 // stdout, and whose errors are returned rather than printed.
 func newFlagSet(env Env, name, args, about string) *flagSet {
-	fs := &flagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError)}
+	fs := &flagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), getenv: env.Getenv}
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {} // parse prints the help on --help, and nothing on an error
 	fs.help = func() {
@@ -117,7 +121,8 @@ func newFlagSet(env Env, name, args, about string) *flagSet {
 		fs.SetOutput(io.Discard)
 		// Go's flag package takes -flag and --flag alike; show the latter.
 		defaults := strings.ReplaceAll("\n"+b.String(), "\n  -", "\n  --")
-		fmt.Fprintf(env.Stdout, "Usage: ratelimit %s %s\n\n%s\n\nFlags:%s", name, args, strings.TrimSpace(about), defaults)
+		fmt.Fprintf(env.Stdout, "Usage: ratelimit %s %s\n\n%s\n\nFlags:%s\nEvery flag can also be set by an environment variable, RATELIMIT_ and its\nname in upper snake case (--redis: RATELIMIT_REDIS); the command line wins.\n",
+			name, args, strings.TrimSpace(about), defaults)
 	}
 	return fs
 }
@@ -125,7 +130,8 @@ func newFlagSet(env Env, name, args, about string) *flagSet {
 // flagSet is a command's flags and the printer of its --help.
 type flagSet struct {
 	*flag.FlagSet
-	help func()
+	help   func()
+	getenv func(string) string // for applyEnv; nil reads nothing
 }
 
 // parse parses args into fs, allowing flags after positional arguments
@@ -143,11 +149,11 @@ func parse(fs *flagSet, args []string) ([]string, error) {
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
-			return pos, nil
+			return pos, applyEnv(fs)
 		}
 		// fs stopped at a positional argument, or after "--".
 		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(pos, rest...), nil
+			return append(pos, rest...), applyEnv(fs)
 		}
 		pos = append(pos, rest[0])
 		args = rest[1:]

@@ -30,13 +30,17 @@ func (l *stringList) Set(v string) error {
 
 // redisFlags are the flags that choose a Redis deployment.
 type redisFlags struct {
-	urls    stringList
-	cluster bool
+	urls         stringList
+	cluster      bool
+	passwordFile string
+	getenv       func(string) string // RATELIMIT_REDIS_PASSWORD, REDISCLI_AUTH
 }
 
 func (f *redisFlags) register(fs *flagSet) {
 	fs.Var(&f.urls, "redis", "Redis `URL`: redis://[user:password@]host:port[/db], or rediss:// for TLS; repeat it (or separate with commas) to list several Redis Cluster nodes")
 	fs.BoolVar(&f.cluster, "cluster", false, "treat --redis as a Redis Cluster even when it names one node")
+	fs.StringVar(&f.passwordFile, "redis-password-file", "", "read the Redis password from `FILE` (or set RATELIMIT_REDIS_PASSWORD or REDISCLI_AUTH) rather than put it in --redis, where ps shows it")
+	f.getenv = fs.getenv
 }
 
 // options returns the go-redis options of the flags, with the settings a
@@ -99,6 +103,9 @@ func (f *redisFlags) options() (*redis.UniversalOptions, string, error) {
 			uo.Addrs = append(uo.Addrs, o.Addr)
 		}
 	}
+	if err := f.applyPassword(uo); err != nil {
+		return nil, "", err
+	}
 	redisstore.ClientOptions(uo)
 	return uo, describe(uo), nil
 }
@@ -116,7 +123,7 @@ func fromOptions(o *redis.Options) *redis.UniversalOptions {
 
 func checkScheme(s string) error {
 	if !strings.Contains(s, "://") {
-		return fmt.Errorf("--redis %s: want a URL such as redis://%s", redact(s), s)
+		return fmt.Errorf("--redis %s: want a URL such as redis://%s", redact(s), redact(s))
 	}
 	u, err := url.Parse(s)
 	if err != nil {
@@ -126,17 +133,23 @@ func checkScheme(s string) error {
 	case "redis", "rediss":
 		return nil
 	case "":
-		return fmt.Errorf("--redis %s: want a URL such as redis://%s", redact(s), s)
+		return fmt.Errorf("--redis %s: want a URL such as redis://%s", redact(s), strings.TrimPrefix(redact(s), "://"))
 	}
 	return fmt.Errorf("--redis %s: scheme %q: want redis:// or rediss://", redact(s), u.Scheme)
 }
 
-// redact returns s with any password replaced by "xxxxx".
+// redact returns s with any password replaced by "xxxxx". Whatever comes
+// before the last "@" of a string that is not a well-formed URL is
+// replaced, user and all.
 func redact(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if err != nil || u.User == nil || u.Scheme == "" {
 		if i := strings.LastIndex(s, "@"); i >= 0 {
-			return "xxxxx@" + s[i+1:]
+			prefix := ""
+			if j := strings.Index(s[:i], "://"); j >= 0 {
+				prefix = s[:j+3]
+			}
+			return prefix + "xxxxx@" + s[i+1:]
 		}
 		return s
 	}

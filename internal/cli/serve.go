@@ -30,15 +30,20 @@ this process and listens on 127.0.0.1:8080, with one namespace, "default":
                     200 with the decision when allowed, 429 when denied
   POST /v1/peek     the same decision without taking anything (always 200)
   POST /v1/reset    delete the subject's bucket
+  GET  /v1/config   the namespaces and limits in force
   GET  /healthz     liveness, the store and whether it is in an outage
-  GET  /metrics     Prometheus text format, series ratelimit_*
+  GET  /readyz      readiness: 503 while the store is unreachable and the
+                    outage behaviour refuses checks, and while shutting down
+  GET  /metrics     Prometheus text format, series ratelimit_*, go_*, process_*
   GET  /v1/stats    the operator page's figures as JSON (with --token-file, behind the token)
   GET  /            the operator page: a live view of /v1/stats for a browser
 
-Responses carry RateLimit-Policy, RateLimit, X-RateLimit-Limit, -Remaining,
--Reset, and Retry-After on a denial. --config names a YAML file of namespaces
-(see the README); SIGHUP reloads it, and a bad file is refused with a log line
-while the old policies stay. --redis shares the buckets with every process
+POSTs need Content-Type: application/json. Decisions made against a bucket
+(200 and 429) carry RateLimit-Policy, RateLimit, X-RateLimit-Limit,
+-Remaining, -Reset, and Retry-After on a denial; errors and outage answers
+carry none. --config names a YAML file of namespaces
+(see the README); SIGHUP reloads it (and re-reads --token-file), and a bad or empty file is
+refused with a log line while the old policies stay. --redis shares the buckets with every process
 pointed at the same Redis. SIGINT and SIGTERM shut down gracefully.
 
 With --upstream URL the service is a reverse proxy instead: every request is
@@ -52,6 +57,9 @@ type serveFlags struct {
 	fleet                                                                               int
 	topDenied                                                                           bool
 	redis                                                                               redisFlags
+	logFormat, logLevel                                                                 string
+	ipv6Bits, maxConns                                                                  int
+	readTimeout                                                                         time.Duration
 }
 
 func runServe(ctx context.Context, env Env, args []string) error {
@@ -73,11 +81,22 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	fs.StringVar(&f.body, "body", "text", "with --upstream, the body of 429 and other limiter responses: text or json")
 	fs.BoolVar(&f.topDenied, "show-top-denied", false, "list the most denied subjects of the last minutes on the operator page and /v1/stats (subjects can be personal data)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 10*time.Second, "on SIGINT or SIGTERM, how long in-flight requests may take to finish")
+	fs.IntVar(&f.ipv6Bits, "ipv6-prefix", 64, "with --key ip, key IPv6 clients by their prefix of `BITS` (128: the whole address)")
+	fs.DurationVar(&f.readTimeout, "read-timeout", 30*time.Second, "bound on reading each request, headers and body (0: none, for long uploads through --upstream)")
+	fs.IntVar(&f.maxConns, "max-connections", 1024, "at most `N` connections open at once on each listener; more wait (0: no limit)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log lines as text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log debug, info, warn or error lines and above")
 	var envoy envoyFlags // the Envoy rate limit service: envoy.go
 	envoy.register(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if f.ipv6Bits < 1 || f.ipv6Bits > 128 {
+		return usagef("--ipv6-prefix must be 1 to 128 (got %d)", f.ipv6Bits)
+	}
+	if f.readTimeout < 0 || f.maxConns < 0 {
+		return usagef("--read-timeout and --max-connections must not be negative")
 	}
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q (serve takes only flags; see 'ratelimit serve --help')", pos[0])
@@ -98,6 +117,9 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if f.body != "text" && f.body != "json" {
 		return usagef("--body %q: want text or json", f.body)
 	}
+	if err := checkApplicable(setFlags(fs), &f); err != nil {
+		return err
+	}
 	policies := config.Default()
 	if f.config != "" {
 		if policies, err = config.Load(f.config); err != nil {
@@ -109,7 +131,10 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 
-	log := slog.New(slog.NewTextHandler(env.Stderr, nil))
+	log, err := newLogger(env.Stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		return err
+	}
 	metrics := server.NewMetrics()
 	stats := server.NewStats(server.StatsOptions{TopDenied: f.topDenied})
 	st, err := openStore(storeOptions{
@@ -120,9 +145,20 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	defer st.close()
+	if err := st.checkCredentials(ctx, f.timeout); err != nil {
+		return err
+	}
+	var degraded func() bool
+	if st.fb != nil {
+		degraded = st.degraded
+	}
+	var ping func(context.Context) error
+	if st.redis != nil {
+		ping = func(ctx context.Context) error { return st.redis.Ping(ctx).Err() }
+	}
 	svc, err := server.New(server.Options{
 		Store: st.store, StoreName: st.name, Policies: policies, Token: token, Timeout: f.timeout,
-		Outage: outage, Degraded: st.degraded, Metrics: metrics, Logger: log,
+		Outage: outage, Degraded: degraded, Ping: ping, Metrics: metrics, Logger: log, Version: Version(),
 		Stats: stats, StoreKind: st.kind(), Masters: st.masters(),
 	})
 	if err != nil {
@@ -155,17 +191,21 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	servers := []*http.Server{newHTTPServer(mainHandler, log, f.upstream != "")}
-	listeners := []net.Listener{ln}
+	servers := []*http.Server{newHTTPServer(mainHandler, log, f.upstream != "", f.readTimeout)}
+	listeners := []net.Listener{limitConns(ln, f.maxConns)}
+	apiAddr := ln.Addr()
 	if adminHandler != nil {
 		aln, err := net.Listen("tcp", f.admin)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
-		servers = append(servers, newHTTPServer(adminHandler, log, false))
-		listeners = append(listeners, aln)
+		servers = append(servers, newHTTPServer(adminHandler, log, false, f.readTimeout))
+		listeners = append(listeners, limitConns(aln, f.maxConns))
+		apiAddr = aln.Addr()
 	}
+	trustedPrefixes, _ := httplimit.ParsePrefixes(f.trusted...) // checked by proxyHandler
+	warnExposure(log, apiAddr, token, trustedPrefixes)
 
 	if st.fb != nil {
 		// One probe before serving, so that a Redis down at startup is
@@ -191,6 +231,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 				return
 			case <-hup:
 			}
+			reloadToken(log, svc, f.tokenFile)
 			if f.config == "" {
 				log.Warn("SIGHUP: no --config file to reload; the policies stay", "policies", svc.Policies().String())
 				continue
@@ -222,6 +263,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	case <-ctx.Done():
 	}
 	stop() // a second signal kills at once
+	svc.Drain()
 	log.Info("shutting down", "grace", f.shutdown.String())
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdown)
 	defer cancel()
@@ -251,25 +293,33 @@ func logOutages(log *slog.Logger) ratelimit.Observer {
 			log.InfoContext(ctx, "redis answers again; decisions are back on the shared buckets", attrs...)
 			return
 		}
-		attrs = append(attrs, "outage", e.Outage.String(), "err", e.Cause)
+		attrs = append(attrs, "outage", e.Outage.String())
+		if e.Cause != nil {
+			// Errors may quote a bucket key, whose subject may be an API
+			// key: the log gets the namespace and a hash instead.
+			attrs = append(attrs, "err", server.RedactKeys(e.Cause.Error()))
+		}
+		if isAuthError(e.Cause) {
+			log.ErrorContext(ctx, "redis refuses this service's credentials or permissions: a configuration error, not an outage; fix the user, password or ACL", attrs...)
+			return
+		}
 		log.WarnContext(ctx, "redis unreachable; serving with the outage behaviour until it answers", attrs...)
 	}}
 }
 
-// newHTTPServer returns a server with timeouts against slow clients. A
-// proxy streams request bodies of any size to its upstream, so only its
-// headers have a deadline.
-func newHTTPServer(h http.Handler, log *slog.Logger, proxy bool) *http.Server {
+// newHTTPServer returns a server with timeouts against slow clients:
+// readTimeout bounds reading a request, headers and body (0: no bound, for
+// a proxy that streams long uploads).
+func newHTTPServer(h http.Handler, log *slog.Logger, proxy bool, readTimeout time.Duration) *http.Server {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
+		ReadTimeout:       readTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if proxy {
-		srv.ReadTimeout = 0
 		srv.MaxHeaderBytes = 1 << 20
 	}
 	return srv
@@ -282,6 +332,7 @@ func proxyHandler(svc *server.Service, f serveFlags) (http.Handler, error) {
 		return nil, usagef("--upstream %q: %v", f.upstream, err)
 	}
 	var key httplimit.KeyFunc
+	var trusted httplimit.TrustedProxies
 	switch {
 	case f.key == "ip":
 		prefixes, err := httplimit.ParsePrefixes(f.trusted...)
@@ -291,7 +342,8 @@ func proxyHandler(svc *server.Service, f serveFlags) (http.Handler, error) {
 		if !strings.EqualFold(f.forwarded, "X-Forwarded-For") && !strings.EqualFold(f.forwarded, "Forwarded") {
 			return nil, usagef("--forwarded-header %q: want X-Forwarded-For or Forwarded", f.forwarded)
 		}
-		key = httplimit.TrustedProxies{Prefixes: prefixes, Header: f.forwarded}.ClientIP
+		trusted = httplimit.TrustedProxies{Prefixes: prefixes, Header: f.forwarded, IPv6Bits: f.ipv6Bits}
+		key = trusted.ClientIP
 	case strings.HasPrefix(f.key, "header:") && len(f.key) > len("header:"):
 		if len(f.trusted) > 0 {
 			return nil, usagef("--trusted-proxies applies only to --key ip")
@@ -304,7 +356,7 @@ func proxyHandler(svc *server.Service, f serveFlags) (http.Handler, error) {
 	if f.body == "json" {
 		opts = append(opts, httplimit.WithJSON())
 	}
-	h, err := svc.Proxy(server.ProxyOptions{Upstream: u, Namespace: f.namespace, Middleware: opts})
+	h, err := svc.Proxy(server.ProxyOptions{Upstream: u, Namespace: f.namespace, Middleware: opts, Trusted: trusted})
 	if err != nil {
 		return nil, usagef("--upstream: %v", err)
 	}
@@ -329,4 +381,20 @@ func readToken(path string, getenv func(string) string) (string, error) {
 		return "", fmt.Errorf("--token-file %s: the token must be one word", path)
 	}
 	return t, nil
+}
+
+// reloadToken re-reads --token-file on SIGHUP and puts the token in force;
+// a file that cannot be read or holds no token is logged and the old token
+// stays.
+func reloadToken(log *slog.Logger, svc *server.Service, path string) {
+	if path == "" {
+		return
+	}
+	token, err := readToken(path, nil)
+	if err != nil {
+		log.Error("token reload refused; keeping the previous token", "err", err)
+		return
+	}
+	svc.SetToken(token)
+	log.Info("token reloaded", "file", path)
 }

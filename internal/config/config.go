@@ -14,7 +14,9 @@
 // added every unit (second, minute, hour or day), and the bucket holds burst
 // tokens (default requests_per_unit). The namespace "default" is always
 // there: a file may change its limit, and without a file it allows 10 per
-// second per subject, bursting to 10. Unknown fields, duplicate names and
+// second per subject, bursting to 10. A file must define at least one
+// namespace: an empty one is refused, so that a truncated file reloaded on
+// SIGHUP cannot remove every namespace. Unknown fields, duplicate names and
 // limits the library cannot enforce exactly are errors that name the
 // namespace and the field.
 package config
@@ -116,17 +118,24 @@ func Load(path string) (Policies, error) {
 	return p, nil
 }
 
-// Parse parses a config document.
+// Parse parses a config document. A document that defines no namespace
+// (an empty file among them) is an error, as is any YAML or field error;
+// the messages name the YAML fields, never Go types.
 func Parse(data []byte) (Policies, error) {
 	var f file
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, errors.New(plainYAMLError(err))
 	}
 	var extra any
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, errors.New("more than one YAML document")
+	}
+	if len(f.Namespaces) == 0 {
+		// An empty or truncated file would otherwise leave only the
+		// default namespace, and every other one would answer 404.
+		return nil, errors.New("the file defines no namespace: list them under namespaces:")
 	}
 	p := Default()
 	seen := map[string]bool{}
@@ -189,4 +198,21 @@ func CheckName(name string) error {
 		}
 	}
 	return nil
+}
+
+// goTypes are the Go types of the document, as yaml's errors name them, and
+// what to call them instead.
+var goTypes = strings.NewReplacer(
+	"[]config.namespace", "a list of namespaces",
+	"config.namespace", "a namespace (name and rate_limit)",
+	"config.rateLimit", "a rate_limit (unit, requests_per_unit, burst)",
+	"config.file", "a document with namespaces:",
+	"in type ", "in ",
+)
+
+// plainYAMLError returns err's message without the "yaml: " prefix and
+// with the Go types replaced by the fields they stand for.
+func plainYAMLError(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	return goTypes.Replace(msg)
 }

@@ -42,14 +42,17 @@ namespaces:
 	}
 }
 
-func TestParseOverridesDefaultAndAcceptsEmpty(t *testing.T) {
+func TestParseOverridesDefaultAndRefusesEmpty(t *testing.T) {
 	p, err := Parse([]byte("namespaces:\n  - name: default\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"))
 	if err != nil || p["default"] != ratelimit.PerHour(3) {
 		t.Fatalf("got %v, %v", p, err)
 	}
-	p, err = Parse(nil)
-	if err != nil || len(p) != 1 || p["default"] != DefaultLimit {
-		t.Fatalf("empty file: got %v, %v", p, err)
+	// A file that defines no namespace is refused: reloaded, it would
+	// remove every namespace but default.
+	for _, doc := range []string{"", "# just a comment\n", "namespaces:\n", "namespaces: []\n"} {
+		if p, err := Parse([]byte(doc)); err == nil || !strings.Contains(err.Error(), "defines no namespace") {
+			t.Errorf("Parse(%q) = %v, %v; want an error", doc, p, err)
+		}
 	}
 }
 
@@ -68,11 +71,17 @@ func TestParseErrors(t *testing.T) {
 		{"namespaces:\n  - name: a\n    rate_limit: {unit: day, requests_per_unit: 1, burst: 99999999999}", "capacity * refill period"},
 		{"namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 2}", `namespace "a" is defined twice`},
 		{"namespaces: []\n---\nnamespaces: []\n", "more than one YAML document"},
+		{"namespaces:\n  - name: a\n    rate_limit: 5\n", "into a rate_limit (unit, requests_per_unit, burst)"},
+		{"namespaces:\n  - name: a\n    ratelimit: {unit: second}\n", "field ratelimit not found in a namespace"},
+		{"namespaces: {a: 1}\n", "into a list of namespaces"},
 	}
 	for _, tt := range tests {
 		_, err := Parse([]byte(tt.doc))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Parse(%q) error = %v, want one containing %q", tt.doc, err, tt.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "config.") {
+			t.Errorf("Parse(%q) error = %v names a Go type", tt.doc, err)
 		}
 	}
 }
@@ -88,7 +97,7 @@ func TestLoad(t *testing.T) {
 		t.Errorf("bad file: error %v does not start with the path", err)
 	}
 	os.WriteFile(path, []byte("# just a comment\n"), 0o644)
-	if p, err := Load(path); err != nil || len(p) != 1 {
+	if p, err := Load(path); err == nil || !strings.HasPrefix(err.Error(), path+": the file defines no namespace") {
 		t.Errorf("comment-only file: %v, %v", p, err)
 	}
 }

@@ -3,9 +3,11 @@ package server
 import (
 	"log/slog"
 	"net/http"
+	"runtime"
 
 	"github.com/exactlimit/ratelimit/promobserver"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -22,12 +24,20 @@ import (
 //	ratelimit_namespaces                     namespaces in force
 //	ratelimit_config_reloads_total{result}   SIGHUP reloads, "ok" or "error"
 //	ratelimit_http_requests_total{path,code} API responses
+//	ratelimit_proxy_requests_total{code}     responses of the reverse proxy, by status code
+//	ratelimit_upstream_errors_total          proxied requests answered 502: the upstream failed
+//	ratelimit_build_info{version,goversion}  1
+//
+// and the Go runtime's (go_*) and the process's (process_*) collectors. The
+// outage behaviour is reported only for a store that has one.
 type Metrics struct {
 	registry   *prometheus.Registry
 	observer   *promobserver.Observer
 	namespaces prometheus.Gauge
 	reloads    *prometheus.CounterVec
 	requests   *prometheus.CounterVec
+	proxied    *prometheus.CounterVec
+	upstream   prometheus.Counter
 	bound      bool
 }
 
@@ -49,7 +59,16 @@ func NewMetrics() *Metrics {
 			Help: "API responses, by path and status code.",
 		}, []string{"path", "code"}),
 	}
-	m.registry.MustRegister(m.observer, m.namespaces, m.reloads, m.requests)
+	m.proxied = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelimit_proxy_requests_total",
+		Help: "Responses of the reverse proxy (--upstream), by status code: the upstream's, or the limiter's own (429, 400, 503), or 502.",
+	}, []string{"code"})
+	m.upstream = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ratelimit_upstream_errors_total",
+		Help: "Proxied requests answered 502 because the upstream could not be reached or failed.",
+	})
+	m.registry.MustRegister(m.observer, m.namespaces, m.reloads, m.requests, m.proxied, m.upstream,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -75,6 +94,14 @@ func (m *Metrics) bindService(s *Service) {
 		}
 		return 0
 	}))
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "ratelimit_build_info",
+		Help:        "1, labelled by the build's version and Go version.",
+		ConstLabels: prometheus.Labels{"version": s.version, "goversion": runtime.Version()},
+	}, func() float64 { return 1 }))
+	if !s.hasOutage {
+		return
+	}
 	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "ratelimit_outage_behaviour",
 		Help:        "The behaviour applied while the primary store is unreachable: 1 for the configured one.",

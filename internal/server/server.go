@@ -1,7 +1,8 @@
 // Package server is the HTTP decision service of the ratelimit command: the
-// JSON API (POST /v1/acquire, /v1/peek, /v1/reset), /healthz, /metrics, an
-// operator page (GET /, reading GET /v1/stats; see Stats), and a
-// rate-limiting reverse proxy built on package httplimit.
+// JSON API (POST /v1/acquire, /v1/peek, /v1/reset, GET /v1/config), /healthz
+// (liveness), /readyz (readiness), /metrics, an operator page (GET /, reading
+// GET /v1/stats; see Stats), and a rate-limiting reverse proxy built on
+// package httplimit.
 //
 // Policies are a set of namespaces, each with its limit (package config),
 // swapped atomically by SetPolicies: a check decided during a reload uses
@@ -11,6 +12,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -24,6 +26,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/httplimit"
@@ -64,8 +67,9 @@ type Options struct {
 	// /healthz and /metrics.
 	Outage ratelimit.Outage
 	// Degraded reports whether the Store is serving without its primary
-	// (package fallback's !IsAlive), for /healthz and the
-	// ratelimit_fallback_active gauge. Nil means never.
+	// (package fallback's !IsAlive), for /healthz, /readyz and the
+	// ratelimit_fallback_active gauge. Nil means never, and that the store
+	// has no outage behaviour: Outage is then not reported.
 	Degraded func() bool
 	// Metrics receives the service's metrics (default: a new Metrics).
 	// Its Observer is attached to the Limiter of every namespace.
@@ -77,6 +81,13 @@ type Options struct {
 	Stats *Stats
 	// Logger receives errors and reloads (default: discard).
 	Logger *slog.Logger
+	// Version is the build's version, for ratelimit_build_info and
+	// GET /v1/config.
+	Version string
+	// Ping, when set, asks the store's primary whether it answers, for
+	// /readyz: each readiness request pings it, bounded by Timeout. Nil
+	// leaves /readyz to Degraded.
+	Ping func(context.Context) error
 	// Clock, when set, is the time of every check and of the headers. By
 	// default checks use the store's clock (Redis's TIME) and headers
 	// time.Now. Tests set it.
@@ -89,10 +100,15 @@ type Service struct {
 	name       string
 	kind       string
 	masters    func(ctx context.Context) ([]string, error)
-	token      []byte
+	token      atomic.Pointer[[]byte]
+	draining   atomic.Bool
+	authLog    rateLimitedLog
+	version    string
 	timeout    time.Duration
 	outage     ratelimit.Outage
 	degraded   func() bool
+	hasOutage  bool // the store has an outage behaviour (Options.Degraded set)
+	ping       func(context.Context) error
 	metrics    *Metrics
 	stats      *Stats
 	log        *slog.Logger
@@ -120,7 +136,7 @@ func New(o Options) (*Service, error) {
 		name:     o.StoreName,
 		kind:     o.StoreKind,
 		masters:  o.Masters,
-		token:    []byte(o.Token),
+		version:  o.Version,
 		timeout:  o.Timeout,
 		outage:   o.Outage,
 		degraded: o.Degraded,
@@ -130,6 +146,9 @@ func New(o Options) (*Service, error) {
 		clock:    o.Clock,
 		now:      o.Clock,
 	}
+	s.SetToken(o.Token)
+	s.hasOutage = o.Degraded != nil
+	s.ping = o.Ping
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
 	}
@@ -212,6 +231,7 @@ func (s *Service) Policies() config.Policies {
 // /v1/stats either way.
 func (s *Service) Reload(path string) error {
 	p, err := config.Load(path)
+	old := s.policies.Load().limits
 	if err == nil {
 		err = s.SetPolicies(p)
 	}
@@ -223,7 +243,11 @@ func (s *Service) Reload(path string) error {
 		return err
 	}
 	s.metrics.reloads.WithLabelValues("ok").Inc()
-	s.log.Info("config reloaded", "file", path, "policies", p.String())
+	attrs := []any{"file", path, "policies", p.String()}
+	if removed := removedNames(old, p); len(removed) > 0 {
+		attrs = append(attrs, "removed", strings.Join(removed, ","))
+	}
+	s.log.Info("config reloaded", attrs...)
 	return nil
 }
 
@@ -278,17 +302,21 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 		err = lim.Reset(ctx, subject)
 	}
 	if err != nil && !errors.Is(err, ratelimit.ErrInvalidArgument) && !errors.Is(err, context.Canceled) {
-		s.errLog.log(s.log, "check failed", "op", string(o), "namespace", ns, "err", err)
+		s.errLog.log(s.log, "check failed", "op", string(o), "namespace", ns,
+			"subject", SubjectHash(subject), "err", redactErr(err, lim.Key(subject), ns, subject))
 	}
 	return d, lim, err
 }
 
 // Handler returns the service's HTTP API: POST /v1/acquire, /v1/peek and
-// /v1/reset, GET /v1/stats, GET /healthz and GET /metrics, and the operator
-// page, GET / with its /page.css and /page.js. /v1/ needs the token when
-// there is one; the page holds no figure and is served to anyone, and its
-// script asks for the token when /v1/stats wants it. Every other path is
-// 404.
+// /v1/reset (with Content-Type application/json, else 415), GET /v1/config,
+// GET /v1/stats, /healthz (liveness), /readyz (readiness) and /metrics, and
+// the operator page, GET / with its /page.css and /page.js. /v1/ needs the
+// token when there is one; the page holds no figure and is served to anyone,
+// and its script asks for the token when /v1/stats wants it. Every other
+// path is 404. A body must be valid UTF-8 with each field spelled exactly
+// once, in lower case; a subject is at most MaxSubjectBytes and is never
+// logged (SubjectHash stands for it).
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/acquire", s.api(opAcquire))
@@ -296,6 +324,8 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("/v1/reset", s.api(opReset))
 	mux.HandleFunc("/v1/stats", s.serveStats)
 	mux.HandleFunc("/healthz", s.healthz)
+	mux.HandleFunc("/readyz", s.readyz)
+	mux.HandleFunc("/v1/config", s.serveConfig)
 	mux.HandleFunc("/metrics", s.serveMetrics)
 	mux.HandleFunc("/", s.servePage)
 	return mux
@@ -307,8 +337,9 @@ type APIRequest struct {
 	Namespace string `json:"namespace"`
 	// Subject is whose bucket to use: a user, an API key, an IP address.
 	Subject string `json:"subject"`
-	// Cost is the tokens acquire takes (default 1). Peek and reset ignore
-	// it.
+	// Cost is the tokens acquire takes (default 1). When set it must be
+	// 1 up to the namespace's capacity for every operation; peek and reset
+	// ignore its value.
 	Cost *int64 `json:"cost"`
 }
 
@@ -379,8 +410,12 @@ func (s *Service) api(o op) http.Handler {
 			return
 		}
 		if !s.authorized(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="ratelimit"`)
-			s.fail(w, path, http.StatusUnauthorized, "missing or wrong bearer token")
+			s.unauthorized(w, r, path)
+			return
+		}
+		if !isJSON(r) {
+			w.Header().Set("Accept", "application/json")
+			s.fail(w, path, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
 			return
 		}
 		req, code, msg := s.decode(w, r)
@@ -405,7 +440,7 @@ func (s *Service) api(o op) http.Handler {
 			case cost < 1:
 				s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("cost must be at least 1 (got %d)", cost))
 				return
-			case cost > limit.Capacity && o == opAcquire:
+			case cost > limit.Capacity:
 				s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("cost %d exceeds the capacity %d of namespace %q: it could never be allowed", cost, limit.Capacity, ns))
 				return
 			}
@@ -455,7 +490,11 @@ func (s *Service) api(o op) http.Handler {
 // decode reads an APIRequest, or returns the status and message of why it
 // cannot.
 func (s *Service) decode(w http.ResponseWriter, r *http.Request) (req APIRequest, code int, msg string) {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	data, code, msg := readBody(w, r)
+	if code != 0 {
+		return req, code, msg
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(&req)
 	if err == nil {
@@ -495,6 +534,10 @@ func (s *Service) decode(w http.ResponseWriter, r *http.Request) (req APIRequest
 		return req, http.StatusBadRequest, `subject is required, e.g. {"subject": "alice"}`
 	case len(req.Subject) > MaxSubjectBytes:
 		return req, http.StatusBadRequest, fmt.Sprintf("subject is longer than %d bytes", MaxSubjectBytes)
+	case strings.ContainsRune(req.Subject, utf8.RuneError):
+		// Lone surrogate escapes ("\ud800") decode to U+FFFD as invalid
+		// bytes do: refused, so that no two subjects share a bucket.
+		return req, http.StatusBadRequest, "subject holds U+FFFD or a lone surrogate escape; send valid UTF-8"
 	}
 	return req, 0, ""
 }
@@ -510,7 +553,8 @@ func jsonKind(k string) string {
 }
 
 func (s *Service) authorized(r *http.Request) bool {
-	if len(s.token) == 0 {
+	token := *s.token.Load()
+	if len(token) == 0 {
 		return true
 	}
 	h := r.Header.Get("Authorization")
@@ -518,7 +562,7 @@ func (s *Service) authorized(r *http.Request) bool {
 	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
 		return false
 	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len(prefix):])), s.token) == 1
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len(prefix):])), token) == 1
 }
 
 func (s *Service) healthz(w http.ResponseWriter, r *http.Request) {

@@ -72,6 +72,9 @@ type response struct {
 func call(t *testing.T, h http.Handler, method, path, body string, hdr ...string) response {
 	t.Helper()
 	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	if method == "POST" {
+		r.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		r.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -363,7 +366,6 @@ func TestMetricsExposition(t *testing.T) {
 		`ratelimit_decision_duration_seconds_count{namespace="default",source="store"} 12`,
 		`ratelimit_decision_duration_seconds_bucket{namespace="default",source="store",le="+Inf"} 12`,
 		"ratelimit_fallback_active 0",
-		`ratelimit_outage_behaviour{behaviour="return-error"} 1`,
 		"ratelimit_namespaces 1",
 		`ratelimit_http_requests_total{code="429",path="/v1/acquire"} 1`,
 		`ratelimit_http_requests_total{code="400",path="/v1/acquire"} 1`,
@@ -406,7 +408,9 @@ func TestProxy(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	if len(seenXFF) != 2 || seenXFF[0] != "198.51.100.0, 192.0.2.1" {
+	// No proxy is trusted: the client's own X-Forwarded-For is not passed
+	// on, only the peer's address.
+	if len(seenXFF) != 2 || seenXFF[0] != "192.0.2.1" {
 		t.Errorf("upstream saw X-Forwarded-For %q", seenXFF)
 	}
 	mu.Unlock()

@@ -1,0 +1,166 @@
+package httplimit
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/memstore"
+)
+
+// countingStore is a memstore that counts the keys it was asked about.
+type countingStore struct {
+	*memstore.Store
+	keys map[string]bool
+}
+
+func (s *countingStore) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	s.keys[key] = true
+	return s.Store.Apply(ctx, key, r)
+}
+
+// serveReal serves h on a real loopback listener and returns its URL.
+func serveReal(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func send(t *testing.T, method, url string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
+}
+
+func TestLongKeysAreRefused(t *testing.T) {
+	c := &clock{now: t0}
+	st := &countingStore{Store: memstore.New(memstore.WithClock(c.Now)), keys: map[string]bool{}}
+	lim, err := ratelimit.New[string](st, ratelimit.PerSecond(10), ratelimit.WithClock(c.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		key  KeyFunc
+		opts []Option
+	}{
+		{"a header key", Header("X-API-Key"), nil},
+		{"a header key with PassMissingKey", Header("X-API-Key"), []Option{PassMissingKey()}},
+		{"a joined key", Join(Header("X-API-Key"), Header("X-Tenant")), nil},
+		{"a key function of the caller's", func(r *http.Request) (string, error) { return r.Header.Get("X-API-Key"), nil }, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			url := serveReal(t, newMiddleware(t, lim, c, append([]Option{WithKey(tt.key)}, tt.opts...)...))
+			long := strings.Repeat("k", MaxKeyBytes+1)
+			res, body := send(t, "GET", url, "X-API-Key", long, "X-Tenant", "t")
+			if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge || res.Header.Get("X-Handler") != "" {
+				t.Errorf("a %d-byte key: %d %q, want 431 without the handler", len(long), res.StatusCode, body)
+			}
+			for k := range st.keys {
+				if len(k) > MaxKeyBytes {
+					t.Errorf("a %d-byte key reached the store", len(k))
+				}
+			}
+			if res, body := send(t, "GET", url, "X-API-Key", strings.Repeat("k", 100), "X-Tenant", "t"); res.StatusCode != 200 {
+				t.Errorf("a 100-byte key: %d %q", res.StatusCode, body)
+			}
+		})
+	}
+}
+
+// hanging is a Limiter whose store never answers: each check waits for its
+// context.
+type hanging struct{ limits []ratelimit.Limit }
+
+func (h hanging) TryAcquireN(ctx context.Context, subject string, cost int64) (ratelimit.Decision, error) {
+	<-ctx.Done()
+	return ratelimit.Decision{}, ctx.Err()
+}
+func (h hanging) Limits() []ratelimit.Limit { return h.limits }
+
+func TestChecksAreBounded(t *testing.T) {
+	lim := hanging{[]ratelimit.Limit{ratelimit.PerSecond(1)}}
+	for _, tt := range []struct {
+		name string
+		opts []Option
+		max  time.Duration
+		code int
+	}{
+		{"by default, a hanging store costs at most DefaultTimeout", nil, DefaultTimeout + 2*time.Second, 503},
+		{"WithTimeout sets the bound, and the outage behaviour answers", []Option{WithTimeout(20 * time.Millisecond), WithOutage(ratelimit.FailOpen)}, 2 * time.Second, 200},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &clock{now: t0}
+			url := serveReal(t, newMiddleware(t, lim, c, tt.opts...))
+			start := time.Now()
+			res, body := send(t, "GET", url)
+			if took := time.Since(start); took > tt.max || res.StatusCode != tt.code {
+				t.Errorf("%d %q after %v; want %d within %v", res.StatusCode, body, took, tt.code, tt.max)
+			}
+		})
+	}
+	if _, err := New(lim, WithTimeout(0)); err == nil || !strings.Contains(err.Error(), "timeout must be positive") {
+		t.Errorf("WithTimeout(0): %v", err)
+	}
+}
+
+func TestSkip(t *testing.T) {
+	c := &clock{now: t0}
+	lim := newLimiter(t, c, ratelimit.PerMinute(1))
+	skip := func(r *http.Request) bool { return r.Method == http.MethodOptions || r.URL.Path == "/healthz" }
+	url := serveReal(t, newMiddleware(t, lim, c, WithSkip(skip)))
+	for i := range 3 {
+		for _, req := range [][2]string{{"OPTIONS", "/items"}, {"GET", "/healthz"}} {
+			res, _ := send(t, req[0], url+req[1])
+			if res.StatusCode != 200 || res.Header.Get("RateLimit") != "" || res.Header.Get("X-Handler") != "called" {
+				t.Errorf("skipped %s %s #%d: %d %v", req[0], req[1], i, res.StatusCode, res.Header)
+			}
+		}
+	}
+	if res, _ := send(t, "GET", url+"/items"); res.StatusCode != 200 || res.Header.Get("RateLimit") == "" {
+		t.Errorf("the first limited request: %d %v (skipped ones spent its token?)", res.StatusCode, res.Header)
+	}
+	if res, _ := send(t, "GET", url+"/items"); res.StatusCode != 429 {
+		t.Errorf("the second limited request: %d, want 429", res.StatusCode)
+	}
+}
+
+func TestSeveralLimitsOneCheck(t *testing.T) {
+	// One middleware over ratelimit.NewMulti checks a route's limits
+	// together: a request denied by one limit spends no token of another,
+	// which two stacked middlewares cannot promise.
+	c := &clock{now: t0}
+	lim := newLimiter(t, c, ratelimit.PerSecond(2), ratelimit.PerMinute(5))
+	url := serveReal(t, newMiddleware(t, lim, c))
+	allowed := 0
+	for range 3 {
+		for range 6 {
+			if res, _ := send(t, "GET", url); res.StatusCode == 200 {
+				allowed++
+			}
+		}
+		c.Advance(time.Second)
+	}
+	// 2 + 2 + 1: the 5 per minute, untouched by the 13 denials.
+	if allowed != 5 {
+		t.Fatalf("%d allowed over 3 s of 6 requests each, want 5", allowed)
+	}
+}
