@@ -35,10 +35,11 @@ func (f *envoyFlags) register(fs *flagSet) {
 
 // startEnvoy starts the Envoy rate limit service of --grpc-listen on st's
 // store, with its metrics in metrics, and reloads --envoy-config on SIGHUP.
+// The listener takes at most maxConns connections at once (none: 0).
 // It returns the function that stops it gracefully (waiting at most grace),
 // a no-op without --grpc-listen. A config that does not load is an error
 // naming the file: the command does not start.
-func startEnvoy(f envoyFlags, env Env, st *stores, timeout, grace time.Duration, log *slog.Logger, metrics *server.Metrics) (stop func(), err error) {
+func startEnvoy(f envoyFlags, env Env, st *stores, timeout, grace time.Duration, maxConns int, log *slog.Logger, metrics *server.Metrics) (stop func(), err error) {
 	if f.listen == "" {
 		if f.config != "" || f.headers {
 			return nil, usagef("--envoy-config and --envoy-response-headers need --grpc-listen")
@@ -89,7 +90,7 @@ func startEnvoy(f envoyFlags, env Env, st *stores, timeout, grace time.Duration,
 		}
 	})
 	wg.Go(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := srv.Serve(limitConns(ln, maxConns)); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			log.Error("grpc serve", "err", err)
 		}
 	})

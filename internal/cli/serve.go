@@ -175,7 +175,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		mainHandler, adminHandler = proxy, svc.Handler()
 	}
 
-	stopEnvoy, err := startEnvoy(envoy, env, st, f.timeout, f.shutdown, log, metrics)
+	stopEnvoy, err := startEnvoy(envoy, env, st, f.timeout, f.shutdown, f.maxConns, log, metrics)
 	if err != nil {
 		return err
 	}
