@@ -52,7 +52,7 @@ with no setup, and a shell tool for the buckets it keeps in Redis.
 Usage:
 `)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  ratelimit %-8s %-30s %s\n", c.name, c.args, c.short)
+		fmt.Fprintf(w, "  ratelimit %-11s %-30s %s\n", c.name, c.args, c.short)
 	}
 	fmt.Fprint(w, `
 Run 'ratelimit COMMAND --help' for the flags of a command, and
