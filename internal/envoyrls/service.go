@@ -51,7 +51,8 @@ type Headers struct {
 	// requests_per_unit, its remaining tokens and the seconds until its
 	// bucket is full (default RateLimit-Limit, RateLimit-Remaining,
 	// RateLimit-Reset). RateLimit-Policy and RateLimit (the IETF httpapi
-	// fields, as package httplimit writes them) come with them.
+	// fields, as package httplimit writes them) come with them, and
+	// Retry-After when the request is over a limit.
 	Limit, Remaining, Reset string
 }
 
@@ -617,7 +618,8 @@ var unitEnum = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
 }
 
 // responseHeaders are the headers of the binding check: the peer's three,
-// then RateLimit-Policy and RateLimit as package httplimit writes them.
+// then RateLimit-Policy and RateLimit as package httplimit writes them, and
+// on a denial Retry-After, the whole seconds until the cost is there.
 func (s *Service) responseHeaders(c *check, st *rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
 	reset := int64(0)
 	if d := st.DurationUntilReset.AsDuration(); d > 0 {
@@ -646,6 +648,10 @@ func (s *Service) responseHeaders(c *check, st *rlsv3.RateLimitResponse_Descript
 		if v := h.Get(k); v != "" {
 			out = append(out, &corev3.HeaderValue{Key: k, Value: v})
 		}
+	}
+	if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT && b.d.RetryAfter > 0 {
+		secs := max(1, int64((b.d.RetryAfter+time.Second-1)/time.Second))
+		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(secs, 10)})
 	}
 	return out
 }

@@ -407,6 +407,21 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 				t.Errorf("header %s: got %q, want %q (all: %v)", k, got[k], v, got)
 			}
 		}
+		if _, there := got["Retry-After"]; there {
+			t.Errorf("Retry-After on an allowed request: %v", got)
+		}
+		for range 4 {
+			f.ask(t, 0, desc("burst_key=5"))
+		}
+		r = f.ask(t, 0, desc("remote_address=5.5.5.5"), desc("burst_key=5"))
+		got = map[string]string{}
+		for _, h := range r.ResponseHeadersToAdd {
+			got[h.Key] = h.Value
+		}
+		// Denied by burst_key, empty: one token a second.
+		if got["Retry-After"] != "1" || got["X-Left"] != "0" || got["RateLimit-Reset"] != "5" {
+			t.Errorf("a denial's headers: %v", got)
+		}
 	})
 
 	t.Run("malformed requests are INVALID_ARGUMENT", func(t *testing.T) {
