@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"flag"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -209,35 +210,58 @@ func TestStepMultipleLimits(t *testing.T) {
 	}
 }
 
+// modelSteps is how many random checks TestStepProperties makes in all;
+// -model.steps=200000 runs many more than CI does.
+var modelSteps = flag.Int("model.steps", 60_000, "random checks of TestStepProperties")
+
 // TestStepProperties checks, over random operations, the invariants that
 // hold whatever the arithmetic: a bucket never holds more than its capacity,
-// a denial takes nothing, and over any run the tokens taken never exceed the
-// capacity plus the refill of the time that passed.
+// a denial takes nothing, the ttl is the reset rounded up once, and over any
+// run the tokens taken never exceed the capacity plus the refill of the time
+// the clock moved forward. The policies include daily and hourly quotas of
+// millions, and the clock sometimes steps back: a clock behind a bucket
+// credits nothing, but a bucket that is full by then is a missing one (it
+// keeps no key), so a clock that steps back and forward again across the
+// same time may be credited it twice, as the forward travel counts it.
 func TestStepProperties(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for trial := range 200 {
+	big := []Limit{PerDay(1_000_000), PerHour(10_000_000), NewLimit(7, 24*time.Hour, 104_249), NewLimit(100_000, 30*24*time.Hour, 100_000)}
+	const perTrial = 300
+	for trial := range max(1, *modelSteps/perTrial) {
 		l := Limit{
 			Capacity:     1 + rng.Int64N(50),
 			RefillTokens: 1 + rng.Int64N(20),
 			RefillPeriod: time.Duration(1+rng.Int64N(5_000_000)) * time.Microsecond,
 		}
+		if trial%4 == 3 {
+			l = big[rng.IntN(len(big))]
+		}
 		var st State
-		now, start := t0, t0
+		now, travel := t0, int64(0)
 		taken := int64(0)
-		for range 300 {
-			now += rng.Int64N(l.periodMicros()/2 + 1)
-			cost := 1 + rng.Int64N(l.Capacity)
+		for range perTrial {
+			if rng.IntN(20) == 0 {
+				now -= rng.Int64N(l.periodMicros()/4 + 1)
+			} else {
+				step := rng.Int64N(l.periodMicros()/(2*max(1, l.Capacity/50)) + 1)
+				now, travel = now+step, travel+step
+			}
+			cost := 1 + rng.Int64N(min(l.Capacity, 1000))
 			before := State{Last: st.Last, Bands: append([]Band(nil), st.Bands...)}
-			d, _, _ := st.Step(Request{Limits: []Limit{l}, Cost: cost}, now)
+			d, ttl, write := st.Step(Request{Limits: []Limit{l}, Cost: cost}, now)
 			if d.Allowed {
 				taken += cost
-			} else if len(before.Bands) > 0 && len(st.Bands) > 0 && st.Bands[0].Level < before.Bands[0].Level {
-				t.Fatalf("trial %d: a denial lowered the level", trial)
+			} else if write || len(before.Bands) > 0 && len(st.Bands) > 0 && st.Bands[0] != before.Bands[0] {
+				t.Fatalf("trial %d: a denial changed the bucket", trial)
 			}
 			if d.Remaining < 0 || d.Remaining > l.Capacity {
 				t.Fatalf("trial %d: remaining %d outside 0..%d", trial, d.Remaining, l.Capacity)
 			}
-			bound := l.Capacity + (now-start)*l.RefillTokens/l.periodMicros()
+			if want := max(time.Millisecond, (d.ResetAfter + time.Millisecond - 1).Truncate(time.Millisecond)); ttl != want {
+				t.Fatalf("trial %d: ttl %v, want %v", trial, ttl, want)
+			}
+			k := l.rate()
+			bound := l.Capacity + travel*k.r/k.p
 			if taken > bound {
 				t.Fatalf("trial %d: took %d tokens, more than the %d the policy allows", trial, taken, bound)
 			}

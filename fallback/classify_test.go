@@ -48,6 +48,11 @@ func TestIsUnreachable(t *testing.T) {
 		{"a script error", wrap(errors.New("ERR Error running script (call to f_0): @user_script:3: boom")), false},
 		{"a wrong type", wrap(errors.New("WRONGTYPE Operation against a key holding the wrong kind of value")), false},
 		{"a closed client", wrap(errors.New("redis: client is closed")), false},
+		// Credentials and permissions are configuration errors: Redis
+		// answered, and would answer the same again.
+		{"a wrong password", wrap(errors.New("WRONGPASS invalid username-password pair or user is disabled.")), false},
+		{"no password", wrap(errors.New("NOAUTH Authentication required.")), false},
+		{"a missing permission", wrap(errors.New("NOPERM User limiter has no permissions to run the 'evalsha' command")), false},
 		{"a reply that merely mentions a busy word", wrap(errors.New("ERR unknown command 'CLUSTERDOWN'")), false},
 	}
 	for _, tt := range tests {

@@ -60,6 +60,7 @@ type Observer struct {
 	errors      *prometheus.CounterVec
 	up          *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
+	converted   *prometheus.CounterVec
 
 	namespaces sync.Map // namespace -> *series
 }
@@ -73,6 +74,7 @@ type series struct {
 	decisions [2][2][sources]prometheus.Counter // [peek][allowed][source]
 	tokens    [2]prometheus.Counter             // [allowed]
 	duration  [sources]prometheus.Observer
+	converted prometheus.Counter
 }
 
 // Option configures an Observer.
@@ -118,6 +120,10 @@ func New(opts ...Option) *Observer {
 			Name: "ratelimit_primary_transitions_total",
 			Help: "Changes of a fallback store's primary between up and down, by partition and new state.",
 		}, []string{"partition", "state"}),
+		converted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_policy_conversions_total",
+			Help: "Checks that met a bucket another policy wrote and converted it, by namespace: a rolling deploy makes a few per subject; a steady rate means two limiters with different policies share the namespace.",
+		}, []string{"namespace"}),
 	}
 }
 
@@ -129,6 +135,7 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.errors.Describe(ch)
 	o.up.Describe(ch)
 	o.transitions.Describe(ch)
+	o.converted.Describe(ch)
 }
 
 // Collect sends the current value of every series.
@@ -139,6 +146,7 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.errors.Collect(ch)
 	o.up.Collect(ch)
 	o.transitions.Collect(ch)
+	o.converted.Collect(ch)
 }
 
 var (
@@ -171,6 +179,7 @@ func (o *Observer) series(ns string) *series {
 	for src := range sources {
 		s.duration[src] = o.duration.WithLabelValues(ns, ratelimit.Source(src).String())
 	}
+	s.converted = o.converted.WithLabelValues(ns)
 	actual, _ := o.namespaces.LoadOrStore(ns, s)
 	return actual.(*series)
 }
@@ -189,6 +198,9 @@ func (o *Observer) ObserveDecision(_ context.Context, e ratelimit.DecisionEvent)
 	}
 	if !e.Peek {
 		s.tokens[allowed].Add(float64(e.Cost))
+	}
+	if d.Converted {
+		s.converted.Inc()
 	}
 }
 

@@ -240,3 +240,33 @@ func BenchmarkObserveDecision(b *testing.B) {
 		}
 	})
 }
+
+func TestPolicyConversionsAreCounted(t *testing.T) {
+	obs := promobserver.New()
+	ctx := context.Background()
+	store := memstore.New()
+	clock := storetest.NewClock(storetest.Start)
+	mk := func(l ratelimit.Limit) *ratelimit.Limiter[string] {
+		lim, err := ratelimit.New[string](store, l, ratelimit.WithNamespace("shared"), ratelimit.WithClock(clock.Now), ratelimit.WithObserver(obs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lim
+	}
+	// Two limiters with different policies on one namespace fight over its
+	// buckets: each check converts the other's bucket.
+	a, b := mk(ratelimit.PerSecond(10)), mk(ratelimit.PerSecond(20))
+	a.TryAcquire(ctx, "s")
+	for range 3 {
+		b.TryAcquire(ctx, "s")
+		a.TryAcquire(ctx, "s")
+	}
+	err := testutil.CollectAndCompare(obs, strings.NewReader(`
+# HELP ratelimit_policy_conversions_total Checks that met a bucket another policy wrote and converted it, by namespace: a rolling deploy makes a few per subject; a steady rate means two limiters with different policies share the namespace.
+# TYPE ratelimit_policy_conversions_total counter
+ratelimit_policy_conversions_total{namespace="shared"} 6
+`), "ratelimit_policy_conversions_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -187,7 +187,8 @@ for j = 1, #KEYS do
             end
             x, mul = x + (b % 128) * mul, mul * 128
             if b < 128 then
-              pos, done = q + 1, true
+              -- (a last byte of 0 after others is a varint longer than it needs)
+              pos, done = q + 1, b > 0 or q == pos
               break
             end
           end

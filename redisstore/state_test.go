@@ -1,0 +1,66 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/redisstore"
+)
+
+// FuzzDecodeState: any bytes are either refused (an error wrapping
+// ErrCorruptState) or a state that re-encodes to the same bytes, whose every
+// band holds at most its capacity; never a panic. The seed corpus is in
+// testdata/fuzz/FuzzDecodeState.
+func FuzzDecodeState(f *testing.F) {
+	f.Add(redisstore.EncodeState(ratelimit.State{Last: 1_700_000_000_000_000, Bands: []ratelimit.Band{{Limit: ratelimit.PerSecond(10).Lowest(), Level: 500_000}}}))
+	f.Add("")
+	f.Fuzz(func(t *testing.T, raw string) {
+		st, err := redisstore.DecodeState(raw)
+		if err != nil {
+			if !errors.Is(err, ratelimit.ErrCorruptState) {
+				t.Fatalf("DecodeState(%q) = %v, want ErrCorruptState", raw, err)
+			}
+			return
+		}
+		if got := redisstore.EncodeState(st); got != raw {
+			t.Fatalf("DecodeState(%q) = %+v, which encodes to %q", raw, st, got)
+		}
+		for _, b := range st.Bands {
+			if b.Level < 0 || b.Level > b.Limit.Capacity*b.Limit.RefillPeriod.Microseconds() {
+				t.Fatalf("DecodeState(%q): band %+v holds more than its capacity", raw, b)
+			}
+		}
+	})
+}
+
+// TestTheScriptAndDecodeStateRefuseTheSameValues stores each value of the
+// fuzz seeds and more at a key and checks that the script refuses it as
+// malformed exactly when DecodeState does.
+func TestTheScriptAndDecodeStateRefuseTheSameValues(t *testing.T) {
+	_, client := standalone(t)
+	ctx := context.Background()
+	limit := ratelimit.PerSecond(10)
+	l, _ := ratelimit.New[string](redisstore.New(client), limit)
+	now := time.Now().UnixMicro()
+	ok := ratelimit.Band{Limit: limit.Lowest(), Level: 300_000}
+	valid := redisstore.EncodeState(ratelimit.State{Last: now, Bands: []ratelimit.Band{ok}})
+	other := redisstore.EncodeState(ratelimit.State{Last: now, Bands: []ratelimit.Band{{Limit: ratelimit.PerMinute(7).Lowest(), Level: 3}, ok}})
+	for _, raw := range []string{
+		valid, other, "", "short", valid[:16], valid + "\x00", other[:len(other)-1],
+		valid[:14] + "\x8a\x00\x01\xa0\x8d\x06", // a two-byte varint for 10
+		valid[:7] + "\x00\x00\x00\x00\x00\x00\x05" + "\x80\x80\x80\x80\x80\x80\x80\x80\x01\x01\x01",
+		valid[:7] + "\x7f\xff\xff\xff\xff\xff\xff" + "\x01\x01\x01",
+		"\x7f\xff\xff\xff\xff\xff\xff" + valid[7:],
+	} {
+		key := l.Key("s")
+		client.Set(ctx, key, raw, time.Minute)
+		_, luaErr := l.Peek(ctx, "s")
+		_, goErr := redisstore.DecodeState(raw)
+		if errors.Is(luaErr, ratelimit.ErrCorruptState) != (goErr != nil) {
+			t.Errorf("stored %q: the script says %v, DecodeState %v", raw, luaErr, goErr)
+		}
+	}
+}
