@@ -131,6 +131,9 @@ func startBenchRLS(f envoyBenchFlags) (addr, desc string, stop func(), err error
 	return ln.Addr().String(), st.name, func() { srv.Stop(); st.close() }, nil
 }
 
+// callTimeout bounds one call of envoy-bench.
+const callTimeout = 5 * time.Second
+
 type envoyBenchResult struct {
 	elapsed          time.Duration
 	ok, over, errors int64
@@ -152,7 +155,6 @@ func envoyBench(ctx context.Context, f envoyBenchFlags, conns []*grpc.ClientConn
 	}
 	workers := make([]worker, f.concurrency)
 	start := time.Now()
-	end, _ := ctx.Deadline()
 	var wg sync.WaitGroup
 	for w := range workers {
 		client := rlsv3.NewRateLimitServiceClient(conns[w%len(conns)])
@@ -160,12 +162,18 @@ func envoyBench(ctx context.Context, f envoyBenchFlags, conns []*grpc.ClientConn
 			me := &workers[w]
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
 			for ctx.Err() == nil {
+				// Each call has a deadline of its own, not the run's:
+				// a deadline that reaches the server shortens its
+				// store calls, and the outage behaviour would answer
+				// the calls in flight at the end of the run.
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 				t := time.Now()
-				resp, err := client.ShouldRateLimit(ctx, reqs[rng.IntN(len(reqs))])
+				resp, err := client.ShouldRateLimit(cctx, reqs[rng.IntN(len(reqs))])
 				lat := time.Since(t)
+				cancel()
 				switch {
-				case err != nil && (ctx.Err() != nil || !time.Now().Before(end)):
-					return // the run ended during the call
+				case err != nil && ctx.Err() != nil:
+					return // the run is over
 				case err != nil:
 					if me.errors.Add(1) == 1 {
 						me.firstErr = err
