@@ -19,6 +19,7 @@ const DefaultNamespace = "ratelimit"
 type Limiter[K any] struct {
 	store  Store
 	limits []Limit
+	minCap int64 // the smallest capacity among limits
 	ns     string
 	prefix string
 	encode func(K) string
@@ -162,6 +163,10 @@ func NewMulti[K any](store Store, limits []Limit, opts ...Option) (*Limiter[K], 
 		sleep:  o.sleep,
 		jitter: randJitter,
 	}
+	l.minCap = limits[0].Capacity
+	for _, lim := range limits {
+		l.minCap = min(l.minCap, lim.Capacity)
+	}
 	l.split, _ = store.(SplitKeyStore)
 	if o.denyCache > 0 {
 		l.cache = newDenyCache(o.denyCache)
@@ -195,6 +200,13 @@ func (l *Limiter[K]) TryAcquire(ctx context.Context, subject K) (Decision, error
 // invalid cost or subject is an error wrapping ErrInvalidArgument, returned
 // before the store is called.
 func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (Decision, error) {
+	if l.split != nil && l.cache == nil && l.obs == nil && l.clock == nil && cost >= 1 && cost <= l.minCap {
+		// The common check, already valid: no key is built and nothing
+		// validated twice.
+		if enc := l.encode(subject); enc != "" {
+			return l.split.ApplySplit(ctx, l.prefix, enc, Request{Limits: l.limits, Cost: cost})
+		}
+	}
 	if l.split != nil && l.cache == nil && l.obs == nil {
 		// The store takes the key in two parts: no key is built.
 		var now time.Time

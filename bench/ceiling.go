@@ -14,13 +14,86 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ceilingResult is redis-benchmark's rate for one script.
+// ceilingResult is redis-benchmark's rate for one script in one run.
 type ceilingResult struct {
 	name     string
 	subjects int
+	round    int
 	rps      float64
 	p50      float64 // ms
 	args     string
+}
+
+// runCeiling loads the scripts of the in-Redis comparison, checks that each
+// answers its ARGV as its library expects, and runs redis-benchmark -c 50
+// -P 16 on each, interleaved: in every round, for every subject count, each
+// script in turn (A B C … A B C …), so that a noisy stretch of the machine
+// hits all of them alike. The report takes the medians over the rounds.
+func runCeiling(ctx context.Context, admin *redis.Client, addr string, scripts []serverScript, cfg config, rep *report, logf func(string, ...any)) error {
+	logf("ceiling: redis-benchmark -c 50 -P 16, %d requests per run, %d rounds", cfg.ceilingN, cfg.rounds)
+	for _, s := range scripts {
+		sha, err := admin.ScriptLoad(ctx, s.body).Result()
+		if err != nil {
+			return fmt.Errorf("SCRIPT LOAD %s: %w", s.name, err)
+		}
+		if sha != s.sha {
+			return fmt.Errorf("%s: SCRIPT LOAD gave %s, want %s", s.name, sha, s.sha)
+		}
+		if err := checkReply(ctx, admin, s); err != nil {
+			return err
+		}
+	}
+	for round := range cfg.rounds {
+		for _, n := range cfg.subjects {
+			for _, s := range scripts {
+				errs0, errsOK := errorReplies(ctx, admin)
+				r, err := redisBenchmark(addr, cfg.ceilingN, n, s.name, s.tag, s.sha, argStrings(s.args)...)
+				if err != nil {
+					return fmt.Errorf("%s: %w", s.name, err)
+				}
+				// redis-benchmark counts an error reply as a request like any
+				// other: a run that drew errors measured nothing.
+				if errs1, ok := errorReplies(ctx, admin); errsOK && ok && errs1 > errs0 {
+					return fmt.Errorf("%s over %d subjects: %d error replies during redis-benchmark", s.name, n, errs1-errs0)
+				}
+				r.round = round
+				rep.ceiling = append(rep.ceiling, r)
+				logf("  round %d %-32s %6d subjects: %.0f/s", round+1, s.name, n, r.rps)
+			}
+		}
+	}
+	return nil
+}
+
+// checkReply runs s once on a key of its own, with its ARGV as the
+// redis-benchmark command line passes them (strings), and checks the reply:
+// redis-benchmark counts error replies as requests like any other.
+func checkReply(ctx context.Context, admin *redis.Client, s serverScript) error {
+	args := make([]any, len(s.args))
+	for i, a := range argStrings(s.args) {
+		args[i] = a
+	}
+	res, err := admin.EvalSha(ctx, s.sha, []string{"rb:check:" + s.tag + ":" + randHex()}, args...).Result()
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.name, err)
+	}
+	if s.check != nil {
+		if err := s.check(res); err != nil {
+			return fmt.Errorf("%s: reply %v: %w", s.name, res, err)
+		}
+	}
+	return nil
+}
+
+// errorReplies returns INFO stats' total_error_replies (Redis 6.2 and
+// later); ok is false when the server does not report it.
+func errorReplies(ctx context.Context, admin *redis.Client) (n int64, ok bool) {
+	info, err := admin.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, false
+	}
+	n, err = infoInt(info, "total_error_replies")
+	return n, err == nil
 }
 
 // redisBenchmark runs redis-benchmark with 50 clients and -P 16 on the
@@ -67,11 +140,13 @@ func redisBenchmark(addr string, n, subjects int, name, tag, sha string, args ..
 	return res, nil
 }
 
+// quoteArgs writes args for the report: as they are when printable, quoted
+// (Go syntax) when empty or binary, like our limits' signatures.
 func quoteArgs(args []string) string {
 	q := make([]string, len(args))
 	for i, a := range args {
-		if a == "" {
-			a = `""`
+		if a == "" || strings.IndexFunc(a, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
+			a = strconv.Quote(a)
 		}
 		q[i] = a
 	}

@@ -32,7 +32,7 @@ func localContenders() []localContender {
 	lim := func(p policy) ratelimit.Limit { return ratelimit.NewLimit(p.rate, time.Second, p.burst) }
 	return []localContender{
 		{name: "ours: memstore",
-			note: "ratelimit.Limiter[string] over memstore.New(); buckets are swept once full again (1 ms after one check at 1000/s)",
+			note: "ratelimit.Limiter[string] over memstore.New(); a bucket is swept once it has been full again (1 ms after one check at 1000/s) for a second",
 			build: func(p policy) (Checker, error) {
 				return newOursLocal(memstore.New(), env{policy: p})
 			}},
@@ -54,6 +54,11 @@ func localContenders() []localContender {
 			note: "map[string]*rate.Limiter behind a mutex (golang.org/x/time/rate v0.16.0)",
 			build: func(p policy) (Checker, error) {
 				return &rateMap{r: rate.Limit(p.rate), b: int(p.burst), m: make(map[string]*rate.Limiter)}, nil
+			}},
+		{name: "x/time/rate sync.Map",
+			note: "*rate.Limiter per subject in a sync.Map (LoadOrStore on a miss), the lock-free read path issue 9 names",
+			build: func(p policy) (Checker, error) {
+				return &rateSyncMap{r: rate.Limit(p.rate), b: int(p.burst)}, nil
 			}},
 		{name: "go-limiter memorystore",
 			note: "github.com/sethvargo/go-limiter v1.0.0 memorystore (Tokens 1000 per 1s interval)",
@@ -103,6 +108,21 @@ func (r *rateMap) Check(_ context.Context, subject string, cost int64) (bool, er
 	return l.AllowN(time.Now(), int(cost)), nil
 }
 func (r *rateMap) Close() {}
+
+type rateSyncMap struct {
+	r rate.Limit
+	b int
+	m sync.Map // subject -> *rate.Limiter
+}
+
+func (r *rateSyncMap) Check(_ context.Context, subject string, cost int64) (bool, error) {
+	v, ok := r.m.Load(subject)
+	if !ok {
+		v, _ = r.m.LoadOrStore(subject, rate.NewLimiter(r.r, r.b))
+	}
+	return v.(*rate.Limiter).AllowN(time.Now(), int(cost)), nil
+}
+func (r *rateSyncMap) Close() {}
 
 type goLimiter struct{ s limiter.Store }
 

@@ -246,7 +246,7 @@ type redisRate struct {
 func newRedisRate(e env) (Checker, error) {
 	c := redis.NewClient(goRedisOptions(e))
 	return &redisRate{c: c, lim: redisrate.NewLimiter(c),
-		l: redisrate.Limit{Rate: int(e.policy.rate), Burst: int(e.policy.burst), Period: time.Second}}, nil
+		l: redisRateLimit(e.policy)}, nil
 }
 
 func (r *redisRate) Check(ctx context.Context, subject string, cost int64) (bool, error) {

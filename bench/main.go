@@ -21,8 +21,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -44,7 +42,7 @@ type config struct {
 	rate, burst   int64
 }
 
-const allSections = "memory,variants,script,throughput,server,ceiling,local"
+const allSections = "memory,script,throughput,server,ceiling,local"
 
 func defaultConfig() config {
 	c := config{
@@ -175,15 +173,21 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 	ctx := context.Background()
 	p := policy{rate: cfg.rate, burst: cfg.burst}
 
-	addr, owned := cfg.addr, false
+	loadText, load1, loadOK := loadAverage()
+	logf("load average (1, 5, 15 min) at the start: %s", loadText)
+	if w := loadWarning(load1, loadOK, -1); w != "" {
+		logf("%s", w)
+	}
+	addr, owned, redisPID := cfg.addr, false, 0
 	if addr == "" {
 		srv, err := startServer()
 		if err != nil {
 			return err
 		}
 		defer srv.stop()
-		addr, owned = srv.addr, true
+		addr, owned, redisPID = srv.addr, true, srv.cmd.Process.Pid
 	}
+	cpu0, t0 := sampleCPU(redisPID), time.Now()
 	admin := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer admin.Close()
 	version := "?"
@@ -197,7 +201,7 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 		return fmt.Errorf("redis at %s: %w", addr, err)
 	}
 	e := env{addr: addr, pool: cfg.pool, policy: p, coalesceFlushers: cfg.flushers, coalesceBatch: cfg.batch}
-	rep := &report{cfg: cfg, cmdline: cmdline, redisVersion: version, owned: owned, gomaxprocs: runtime.GOMAXPROCS(0), ncpu: runtime.NumCPU(), loadStart: loadAvg()}
+	rep := &report{cfg: cfg, cmdline: cmdline, redisVersion: version, owned: owned, gomaxprocs: runtime.GOMAXPROCS(0), ncpu: runtime.NumCPU(), loadStart: loadText}
 
 	var cs []contender
 	for _, c := range contenders() {
@@ -206,6 +210,10 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 		}
 	}
 	rep.contenders = cs
+	scripts, err := serverScripts(p)
+	if err != nil {
+		return err
+	}
 
 	if cfg.sections["memory"] {
 		logf("memory: MEMORY USAGE, and used_memory growth over %d subjects after %d", cfg.memSubjects, cfg.memSubjects)
@@ -223,15 +231,9 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 		}
 	}
 
-	if cfg.sections["variants"] {
-		if err := runVariants(ctx, admin, owned, e, cfg, rep, logf); err != nil {
-			return err
-		}
-	}
-
 	if cfg.sections["script"] {
 		logf("script cost: bodies timed inside Redis, %d runs per EVAL, least of 5", harnessIters)
-		sc, err := measureScriptCosts(ctx, admin, p)
+		sc, err := measureScriptCosts(ctx, admin, scripts)
 		if err != nil {
 			return fmt.Errorf("script cost: %w", err)
 		}
@@ -270,29 +272,8 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 	}
 
 	if cfg.sections["ceiling"] {
-		logf("ceiling: redis-benchmark -P 16, %d requests per run", cfg.ceilingN)
-		if err := admin.ScriptLoad(ctx, redisstore.Script).Err(); err != nil {
-			return err
-		}
-		if err := admin.ScriptLoad(ctx, FloorScript).Err(); err != nil {
-			return err
-		}
-		ourArgs := []string{"", "1", "0", strconv.FormatInt(p.burst, 10), strconv.FormatInt(p.rate, 10), "1000000"}
-		for _, n := range cfg.subjects {
-			for _, s := range []struct {
-				name, tag, sha string
-				args           []string
-			}{
-				{"ours: tokenbucket.lua", "ours", redisstore.ScriptSHA, ourArgs},
-				{"floor: HINCRBY script", "floor", FloorSHA, nil},
-			} {
-				r, err := redisBenchmark(addr, cfg.ceilingN, n, s.name, s.tag, s.sha, s.args...)
-				if err != nil {
-					return err
-				}
-				rep.ceiling = append(rep.ceiling, r)
-				logf("  %-26s %6d subjects: %.0f/s", s.name, n, r.rps)
-			}
+		if err := runCeiling(ctx, admin, addr, scripts, cfg, rep, logf); err != nil {
+			return fmt.Errorf("ceiling: %w", err)
 		}
 	}
 
@@ -315,6 +296,13 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 		runtime.GOMAXPROCS(prev)
 	}
 
+	rep.others = othersCores(cpu0, sampleCPU(redisPID), time.Since(t0).Seconds())
+	rep.loadEnd, _, _ = loadAverage()
+	rep.warning = loadWarning(load1, loadOK, rep.others)
+	logf("load average at the end: %s; other processes' CPU during the run: %s", rep.loadEnd, fmtCores(rep.others))
+	if rep.warning != "" {
+		logf("%s", rep.warning)
+	}
 	rep.write(out)
 	return nil
 }
@@ -363,66 +351,6 @@ func runThroughput(ctx context.Context, cs []contender, e env, cfg config, rep *
 				rep.coalesceBatches, rep.coalesceChecks = s.Stats()
 			}
 		}
-	}
-	return nil
-}
-
-// runVariants measures the compact-value variants of our script: their
-// MEMORY USAGE and used_memory growth per subject, their server cost per
-// call, and their replies against the shipped script's.
-func runVariants(ctx context.Context, admin *redis.Client, owned bool, e env, cfg config, rep *report, logf func(string, ...any)) error {
-	logf("script variants: stored value, memory, server cost and a differential check against tokenbucket.lua")
-	limits := []ratelimit.Limit{ratelimit.NewLimit(e.policy.rate, time.Second, e.policy.burst)}
-	type body struct{ name, value, script, prefix string }
-	bodies := []body{
-		{"shipped tokenbucket.lua", "as documented in its header", redisstore.Script, defaultPrefix},
-		{"shipped, namespace \"rl\"", "the same, with the key prefix \"2:rl:\" instead of \"9:ratelimit:\"", redisstore.Script, "2:rl:"},
-	}
-	for _, v := range variants() {
-		s, err := v.derive()
-		if err != nil {
-			rep.variantErrs = append(rep.variantErrs, err.Error())
-			continue
-		}
-		bodies = append(bodies, body{v.name, v.value, s, defaultPrefix})
-	}
-	steps := 4000
-	if cfg.memSubjects < 10000 {
-		steps = 1000
-	}
-	subj := makeSubjects("vc", 10000)
-	for _, b := range bodies {
-		vr := variantResult{name: b.name, value: b.value}
-		if b.script != redisstore.Script {
-			n, err := differential(ctx, admin, b.script, steps, 42)
-			vr.diffSteps, vr.diffErr = n, err
-		}
-		build := func() (Checker, error) { return newScriptChecker(e, b.script, b.prefix, limits) }
-		m, err := measureMemory(ctx, admin, owned, b.name, build, e.policy, cfg.memSubjects)
-		if err != nil {
-			return fmt.Errorf("variant %s: %w", b.name, err)
-		}
-		vr.mem = m
-		chk, err := build()
-		if err != nil {
-			return err
-		}
-		runOne(chk, 16, subj, cfg.duration/4)
-		sc, err := measureServerCost(ctx, admin, b.name, chk, 16, subj, cfg.duration)
-		chk.Close()
-		if err != nil {
-			return err
-		}
-		vr.cost = sc
-		args := []any{"", "1", "0", e.policy.burst, e.policy.rate, 1000000}
-		if vr.hot, err = timeBody(ctx, admin, b.script, false, b.script, args); err != nil {
-			return fmt.Errorf("variant %s: %w", b.name, err)
-		}
-		if vr.miss, err = timeBody(ctx, admin, b.script, true, "", args); err != nil {
-			return fmt.Errorf("variant %s: %w", b.name, err)
-		}
-		rep.variants = append(rep.variants, vr)
-		logf("  %-34s MEMORY USAGE %d B, growth %.0f B, in-Redis %.2f/%.2f µs, differential %d steps %v", b.name, m.usage, m.growth, vr.hot, vr.miss, vr.diffSteps, vr.diffErr)
 	}
 	return nil
 }

@@ -5,15 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	mrand "math/rand/v2"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -189,106 +185,4 @@ func measureMemory(ctx context.Context, admin *redis.Client, owned bool, name st
 	}
 	res.growth = float64(m1-m0) / float64(n)
 	return res, admin.Do(ctx, "FLUSHALL", "SYNC").Err()
-}
-
-// scriptChecker runs a script with tokenbucket.lua's KEYS and ARGV layout on
-// the key of ratelimit's default namespace.
-type scriptChecker struct {
-	c      *redis.Client
-	sha    string
-	prefix string
-	limits []ratelimit.Limit
-}
-
-func newScriptChecker(e env, body, prefix string, limits []ratelimit.Limit) (*scriptChecker, error) {
-	c := redis.NewClient(goRedisOptions(e))
-	sha, err := c.ScriptLoad(context.Background(), body).Result()
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	return &scriptChecker{c: c, sha: sha, prefix: prefix, limits: limits}, nil
-}
-
-func (s *scriptChecker) Check(ctx context.Context, subject string, cost int64) (bool, error) {
-	r := ratelimit.Request{Limits: s.limits, Cost: cost}
-	res, err := s.c.EvalSha(ctx, s.sha, []string{s.prefix + subject}, redisstore.Args(r)...).Result()
-	if err != nil {
-		return false, err
-	}
-	d, err := redisstore.ParseReply(r, res)
-	return d.Allowed, err
-}
-func (s *scriptChecker) Close() { s.c.Close() }
-
-// defaultPrefix is the key prefix of ratelimit's default namespace.
-var defaultPrefix = strconv.Itoa(len(ratelimit.DefaultNamespace)) + ":" + ratelimit.DefaultNamespace + ":"
-
-// differential runs the same random sequence of requests (several
-// policies, multi-limit ones, policy changes on a live key, peeks, costs up
-// to the capacity, clocks that go backwards) through the shipped script and
-// through body, on keys of their own, with the time passed in ARGV, and
-// returns the number of requests and the first reply that differs.
-func differential(ctx context.Context, c *redis.Client, body string, steps int, seed uint64) (int, error) {
-	shaA, err := c.ScriptLoad(ctx, redisstore.Script).Result()
-	if err != nil {
-		return 0, err
-	}
-	shaB, err := c.ScriptLoad(ctx, body).Result()
-	if err != nil {
-		return 0, err
-	}
-	policies := [][]ratelimit.Limit{
-		{ratelimit.PerSecond(1000)},
-		{ratelimit.NewLimit(3, time.Second, 5)},
-		{ratelimit.NewLimit(7, 1500*time.Millisecond, 9)},
-		{ratelimit.PerSecond(10), ratelimit.PerMinute(100)},
-		{ratelimit.PerMinute(100), ratelimit.PerSecond(10), ratelimit.NewLimit(1, time.Millisecond, 1)},
-	}
-	rng := mrand.New(mrand.NewPCG(seed, 1))
-	tag := randHex()
-	now := time.Now().UnixMicro()
-	pipeA, pipeB := c.Pipeline(), c.Pipeline()
-	type pair struct{ a, b *redis.Cmd }
-	var cmds []pair
-	for i := range steps {
-		key := fmt.Sprintf("diff-%s-%d", tag, rng.IntN(8))
-		pol := policies[rng.IntN(len(policies))]
-		if rng.IntN(4) > 0 { // mostly a key's own policy, sometimes a change
-			pol = policies[int(key[len(key)-1])%len(policies)]
-		}
-		minCap := pol[0].Capacity
-		for _, l := range pol {
-			minCap = min(minCap, l.Capacity)
-		}
-		switch rng.IntN(10) {
-		case 0:
-			now -= rng.Int64N(2000) // a clock behind the bucket
-		default:
-			now += rng.Int64N(400_000)
-		}
-		r := ratelimit.Request{Limits: pol, Cost: 1 + rng.Int64N(minCap), Peek: rng.IntN(6) == 0, Now: time.UnixMicro(now)}
-		args := redisstore.Args(r)
-		cmds = append(cmds, pair{
-			pipeA.EvalSha(ctx, shaA, []string{"a" + key}, args...),
-			pipeB.EvalSha(ctx, shaB, []string{"b" + key}, args...),
-		})
-		// Keep A and B in step: each pair must see the same stored state.
-		if len(cmds)%64 == 0 || i == steps-1 {
-			if _, err := pipeA.Exec(ctx); err != nil {
-				return i, fmt.Errorf("shipped script: %w", err)
-			}
-			if _, err := pipeB.Exec(ctx); err != nil {
-				return i, fmt.Errorf("variant: %w", err)
-			}
-		}
-	}
-	for i, p := range cmds {
-		ra, ea := p.a.Result()
-		rb, eb := p.b.Result()
-		if fmt.Sprint(ea) != fmt.Sprint(eb) || !reflect.DeepEqual(ra, rb) {
-			return i, fmt.Errorf("request %d: shipped %v %v, variant %v %v", i, ra, ea, rb, eb)
-		}
-	}
-	return len(cmds), nil
 }

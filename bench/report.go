@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -16,15 +16,6 @@ type runKey struct {
 	subjects int
 }
 
-type variantResult struct {
-	name, value string
-	mem         memResult
-	cost        serverCost
-	diffSteps   int
-	diffErr     error
-	hot, miss   float64 // µs inside Redis, as in the script-cost section
-}
-
 type report struct {
 	cfg          config
 	cmdline      string
@@ -32,13 +23,15 @@ type report struct {
 	owned        bool
 	gomaxprocs   int
 	ncpu         int
-	loadStart    string
+	// The machine's load: the load averages at the start and end, and the
+	// mean cores other processes used during the run (negative: unknown).
+	loadStart, loadEnd string
+	warning            string
+	others             float64
 
 	contenders                      []contender
 	runs                            map[runKey][]result
 	memory                          []memResult
-	variants                        []variantResult
-	variantErrs                     []string
 	server                          []serverCost
 	ceiling                         []ceilingResult
 	local                           []localResult
@@ -121,8 +114,13 @@ func (rep *report) write(w io.Writer) {
 	if !rep.owned {
 		where = "the Redis at " + cfg.addr
 	}
-	fmt.Fprintf(w, "Redis %s (%s); %d CPUs, GOMAXPROCS %d; policy %d/s, burst %d; %d rounds of %v per limiter and configuration; medians over the rounds. Load average at the start and end: %s / %s; the ratios, taken within each configuration, are steadier than the absolute figures.\n\n",
-		rep.redisVersion, where, rep.ncpu, rep.gomaxprocs, cfg.rate, cfg.burst, cfg.rounds, cfg.duration, rep.loadStart, loadAvg())
+	fmt.Fprintf(w, "Redis %s (%s); %d CPUs, GOMAXPROCS %d; policy %d/s, burst %d; %d rounds of %v per limiter and configuration; medians over the rounds.  \n",
+		rep.redisVersion, where, rep.ncpu, rep.gomaxprocs, cfg.rate, cfg.burst, cfg.rounds, cfg.duration)
+	fmt.Fprintf(w, "Load average (1, 5, 15 min) at the start: %s; at the end: %s (the end includes the bench's own load); other processes' CPU during the run: %s.\n\n",
+		rep.loadStart, rep.loadEnd, fmtCores(rep.others))
+	if rep.warning != "" {
+		fmt.Fprintf(w, "**%s**\n\n", rep.warning)
+	}
 
 	if len(rep.runs) > 0 {
 		rep.writeThroughput(w)
@@ -144,8 +142,8 @@ func (rep *report) write(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	if len(rep.scriptCosts) > 0 {
-		fmt.Fprintf(w, "### Script cost inside Redis (profile of tokenbucket.lua)\n\n")
-		fmt.Fprintf(w, "Each body run %d times in a Lua loop inside one EVAL (no round trip, parsing or reply), µs per run from INFO commandstats, least of 5 EVALs. The time is frozen inside a script, so on one key (hot) the runs after the burst are denials; \"missing\" gives each run a key of its own. The cuts end the shipped script early: each row's increase over the one before is what that stage costs.\n\n", harnessIters)
+		fmt.Fprintf(w, "### Script cost inside Redis (each script's body, without the round trip)\n\n")
+		fmt.Fprintf(w, "Each body, with the ARGV of the in-Redis table above, run %d times in a Lua loop inside one EVAL (no round trip, parsing or reply), µs per run from INFO commandstats, least of 5 EVALs. The time is frozen inside a script, so on one key (hot) the runs after the burst are denials; \"missing\" gives each run a key of its own.\n\n", harnessIters)
 		fmt.Fprintln(w, "| body | hot key µs | missing key µs |")
 		fmt.Fprintln(w, "|---|---:|---:|")
 		for _, c := range rep.scriptCosts {
@@ -160,27 +158,6 @@ func (rep *report) write(w io.Writer) {
 		fmt.Fprintln(w, "|---|---:|---:|---:|---|")
 		for _, m := range rep.memory {
 			fmt.Fprintf(w, "| %s | %d | %d | %s | %s |\n", m.name, m.keys, m.usage, fmtGrowth(m.growth), mdEscape(m.value))
-		}
-		fmt.Fprintln(w)
-	}
-	if len(rep.variants) > 0 {
-		fmt.Fprintf(w, "### Stored-value variants of our script (modified copies run by bench)\n\n")
-		fmt.Fprintln(w, "Memory as in the section above; in-Redis µs as in the script-cost section (one key, and a missing key each run); Redis CPU per decision and µs per EVALSHA from a run alone at concurrency 16 on 10,000 subjects (noisier).")
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| variant | stored value | MEMORY USAGE B | growth B/subject | in-Redis µs, hot | in-Redis µs, missing | Redis CPU µs/decision | µs/EVALSHA | replies equal to the shipped script's |")
-		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---|")
-		for _, v := range rep.variants {
-			diff := "(reference)"
-			if v.diffSteps > 0 || v.diffErr != nil {
-				diff = fmt.Sprintf("%d of %d random requests", v.diffSteps, v.diffSteps)
-				if v.diffErr != nil {
-					diff = "NO: " + v.diffErr.Error()
-				}
-			}
-			fmt.Fprintf(w, "| %s | %s | %d | %s | %.2f | %.2f | %.1f | %.1f | %s |\n", v.name, mdEscape(v.value), v.mem.usage, fmtGrowth(v.mem.growth), v.hot, v.miss, v.cost.cpuUs, v.cost.scriptUs, mdEscape(diff))
-		}
-		for _, e := range rep.variantErrs {
-			fmt.Fprintf(w, "\n%s\n", e)
 		}
 		fmt.Fprintln(w)
 	}
@@ -204,17 +181,11 @@ func treeVersion() string {
 	return v
 }
 
-// loadAvg returns the 1-minute load average, or "?".
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
+func fmtCores(c float64) string {
+	if c < 0 {
+		return "not measured"
 	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return "?"
-	}
-	return f[0]
+	return fmt.Sprintf("%.2f cores", c)
 }
 
 func fmtGrowth(g float64) string {
@@ -275,12 +246,47 @@ func (rep *report) writeThroughput(w io.Writer) {
 	fmt.Fprintln(w)
 }
 
-func (rep *report) writeCeiling(w io.Writer) {
-	fmt.Fprintf(w, "### Server-side ceiling: redis-benchmark -c 50 -P 16\n\n")
-	fmt.Fprintln(w, "| script | subjects | requests/s | p50 | command |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---|")
+// ceilingStat is the median over the rounds of one script's
+// redis-benchmark runs on one subject count.
+type ceilingStat struct {
+	rps, p50, spread float64
+	n                int
+	args             string
+}
+
+func (rep *report) ceilingStat(name string, subjects int) (ceilingStat, bool) {
+	var rps, p50 []float64
+	var cs ceilingStat
 	for _, c := range rep.ceiling {
-		fmt.Fprintf(w, "| %s | %d | %s | %.2fms | `%s` |\n", c.name, c.subjects, fmtRate(c.rps), c.p50, c.args)
+		if c.name == name && c.subjects == subjects {
+			rps, p50 = append(rps, c.rps), append(p50, c.p50)
+			cs.args = c.args
+		}
+	}
+	if len(rps) == 0 {
+		return cs, false
+	}
+	cs.rps, cs.p50, cs.n = median(rps), median(p50), len(rps)
+	if cs.rps > 0 {
+		cs.spread = (slices.Max(rps) - slices.Min(rps)) / cs.rps
+	}
+	return cs, true
+}
+
+func (rep *report) writeCeiling(w io.Writer) {
+	fmt.Fprintf(w, "### In Redis: redis-benchmark -c 50 -P 16, EVALSHA\n\n")
+	fmt.Fprintf(w, "Each script by EVALSHA with the ARGV its library sends for one check of %d/s, burst %d (ours: redisstore.Args of a one-limit check on the server's TIME; redis_rate: the script and ARGV its AllowN sends; the skeleton: the expiry our script sets after one token). Interleaved: in each round, for each subject count, every script in turn; requests/s and p50 are medians over the rounds.\n\n", rep.cfg.rate, rep.cfg.burst)
+	fmt.Fprintln(w, "| script | subjects | requests/s | ours ÷ this | p50 | spread | rounds | command |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---|")
+	for _, n := range rep.cfg.subjects {
+		ours, _ := rep.ceilingStat(scriptOurs, n)
+		for _, name := range []string{scriptOurs, scriptRedisRate, scriptSkeleton, scriptFloor} {
+			c, ok := rep.ceilingStat(name, n)
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %.2fms | ±%.0f%% | %d | `%s` |\n", name, n, fmtRate(c.rps), ratio(ours.rps, c.rps), c.p50, 50*c.spread, c.n, c.args)
+		}
 	}
 	fmt.Fprintln(w)
 }
@@ -301,113 +307,5 @@ func (rep *report) writeLocal(w io.Writer) {
 	fmt.Fprintln(w)
 }
 
-// writeTargets checks the measured figures against issue 5's targets.
-func (rep *report) writeTargets(w io.Writer) {
-	type row struct{ target, measured, verdict string }
-	var rows []row
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "NOT met"
-	}
-	maxConc := 0
-	for _, c := range rep.cfg.conc {
-		maxConc = max(maxConc, c)
-	}
-	many := rep.cfg.subjects[len(rep.cfg.subjects)-1]
-	if len(rep.runs) > 0 {
-		rr, _ := rep.stat("redis_rate v10", maxConc, many)
-		floor, _ := rep.stat("floor (go-redis)", maxConc, many)
-		for _, name := range oursRedis {
-			if s, ok := rep.stat(name, maxConc, many); ok && rr.rate > 0 {
-				rows = append(rows, row{fmt.Sprintf("1. conc %d, %d subjects: ≥ 2.5× redis_rate (%s)", maxConc, many, name),
-					fmt.Sprintf("%.2f× redis_rate, %.2f× floor", s.rate/rr.rate, s.rate/floor.rate), verdict(s.rate >= 2.5*rr.rate)})
-			}
-		}
-		for _, n := range rep.cfg.subjects {
-			for _, name := range oursRedis[:2] {
-				f1, ok1 := rep.stat("floor (go-redis)", 1, n)
-				o1, ok2 := rep.stat(name, 1, n)
-				if ok1 && ok2 && f1.p50 > 0 {
-					rows = append(rows, row{fmt.Sprintf("1. conc 1, %d subjects: p50 ≤ 1.2× the floor's (%s)", n, name),
-						fmt.Sprintf("%s vs %s: %.2f×", fmtDur(o1.p50), fmtDur(f1.p50), o1.p50/f1.p50), verdict(o1.p50 <= 1.2*f1.p50)})
-				}
-			}
-		}
-		for _, c := range rep.ceiling {
-			if c.name != "ours: tokenbucket.lua" || c.subjects != many {
-				continue
-			}
-			for _, name := range oursRedis {
-				if s, ok := rep.stat(name, maxConc, many); ok {
-					rows = append(rows, row{fmt.Sprintf("2. conc %d, %d subjects: ≥ 0.5× redis-benchmark -P 16 of our script (%s)", maxConc, many, name),
-						fmt.Sprintf("%s of %s: %.2f×", fmtRate(s.rate), fmtRate(c.rps), s.rate/c.rps), verdict(s.rate >= 0.5*c.rps)})
-				}
-			}
-		}
-	}
-	var ours, rr *memResult
-	for i := range rep.memory {
-		switch rep.memory[i].name {
-		case "ours: redisstore":
-			ours = &rep.memory[i]
-		case "redis_rate v10":
-			rr = &rep.memory[i]
-		}
-	}
-	if ours != nil && rr != nil {
-		rows = append(rows, row{"3. MEMORY USAGE per subject ≤ redis_rate's",
-			fmt.Sprintf("%d B vs %d B", ours.usage, rr.usage), verdict(ours.usage <= rr.usage)})
-		if ours.growth >= 0 && rr.growth >= 0 {
-			rows = append(rows, row{"3. used_memory growth per subject ≤ redis_rate's",
-				fmt.Sprintf("%.0f B vs %.0f B", ours.growth, rr.growth), verdict(ours.growth <= rr.growth)})
-		}
-	}
-	if len(rep.local) > 0 {
-		var mem, live *localResult
-		best := math.Inf(1)
-		for i := range rep.local {
-			r := &rep.local[i]
-			switch {
-			case r.name == "ours: memstore":
-				mem = r
-			case r.name == "ours: memstore, all subjects live":
-				live = r
-			case !strings.HasPrefix(r.name, "ours"):
-				best = math.Min(best, r.manyNs)
-			}
-		}
-		if mem != nil {
-			rows = append(rows, row{"4. memstore hot subject ≤ 100 ns/check", fmt.Sprintf("%.0f ns", mem.hotNs), verdict(mem.hotNs <= 100)})
-			rows = append(rows, row{"4. memstore 0 allocations per check (string subjects)", fmt.Sprintf("hot %.2f, %d subjects %.2f", mem.hotAllocs, mem.subjects, mem.manyAllocs),
-				verdict(mem.hotAllocs < 0.01 && mem.manyAllocs < 0.01)})
-			if !math.IsInf(best, 1) {
-				rows = append(rows, row{fmt.Sprintf("4. memstore at %d subjects ≤ half the best peer's ns/op", mem.subjects),
-					fmt.Sprintf("%.0f ns (live: %s) vs best peer %.0f ns", mem.manyNs, liveNs(live), best), verdict(mem.manyNs <= best/2)})
-			}
-		}
-		if live != nil {
-			rows = append(rows, row{"4. memstore ≤ 100 heap bytes per live subject", fmt.Sprintf("%.0f B", live.bytesPerSubject), verdict(live.bytesPerSubject <= 100)})
-		}
-	}
-	if len(rows) == 0 {
-		return
-	}
-	fmt.Fprintf(w, "### Against issue 5's targets (this run)\n\n")
-	fmt.Fprintln(w, "| target | measured | |")
-	fmt.Fprintln(w, "|---|---|---|")
-	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %s | %s |\n", r.target, r.measured, r.verdict)
-	}
-	fmt.Fprintln(w)
-}
-
+// oursRedis names our limiters over Redis, as shipped and the prototypes.
 var oursRedis = []string{"ours: redisstore", "ours: redisstore WithoutCoalescing", "ours: coalescing (prototype)", "ours: rueidis (prototype)"}
-
-func liveNs(l *localResult) string {
-	if l == nil {
-		return "–"
-	}
-	return fmt.Sprintf("%.0f ns", l.manyNs)
-}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/redisstore"
@@ -28,18 +27,7 @@ func (s *RueidisStore) Apply(ctx context.Context, key string, r ratelimit.Reques
 	if err := r.Validate(); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	args := make([]string, 3, 3+3*len(r.Limits))
-	if !r.Now.IsZero() {
-		args[0] = strconv.FormatInt(r.Now.UnixMicro(), 10)
-	}
-	args[1], args[2] = strconv.FormatInt(r.Cost, 10), "0"
-	if r.Peek {
-		args[1], args[2] = "1", "1"
-	}
-	for _, l := range r.Limits {
-		args = append(args, strconv.FormatInt(l.Capacity, 10), strconv.FormatInt(l.RefillTokens, 10),
-			strconv.FormatInt(l.RefillPeriod.Microseconds(), 10))
-	}
+	args := argStrings(redisstore.Args(r))
 	ints, err := s.script.Exec(ctx, s.client, []string{key}, args).AsIntSlice()
 	if err != nil {
 		return ratelimit.Decision{}, fmt.Errorf("ratelimit: redis check of %q: %w", key, err)

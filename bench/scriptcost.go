@@ -6,7 +6,6 @@ import (
 	"math"
 	"strings"
 
-	"github.com/exactlimit/ratelimit/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,7 +16,9 @@ import (
 // iteration after the burst is a denial. "fresh" gives every iteration a key
 // of its own (a missing bucket); "hot" reuses one, which holds a bucket
 // from the start. The least of five tries
-// is kept, which sheds most of the noise of a shared machine.
+// is kept, which sheds most of the noise of a shared machine. Each body is
+// the whole script, as shipped by its library: tokenbucket.lua is now one
+// path, and the cuts of the old script (a row per stage) are gone with it.
 
 const harnessIters = 2000
 
@@ -67,65 +68,13 @@ func timeBody(ctx context.Context, admin *redis.Client, body string, fresh bool,
 	return best, nil
 }
 
-// scriptCuts returns the shipped script's general path cut short after each
-// of its stages, so that the differences between rows are what each stage
-// costs; the last row is the whole shipped script, fast path included.
-func scriptCuts() []struct{ name, body string } {
-	s := redisstore.Script
-	if head, general, err := generalPath(s); err == nil {
-		s = head + general
-	}
-	ret := "\nreturn {1, 1, 0, 0, 0}\n"
-	var cuts []struct{ name, body string }
-	// The stages after TIME are looked for in the general path, past the
-	// fast path's function, which has lines of the same text.
-	g := max(strings.Index(s, "-- The general path."), 0)
-	index := func(anchor string, from int) int {
-		if i := strings.Index(s[from:], anchor); i >= 0 {
-			return from + i
-		}
-		return -1
-	}
-	add := func(name, anchor string, from int) {
-		if i := index(anchor, from); i >= 0 {
-			cuts = append(cuts, struct{ name, body string }{name, s[:i] + ret})
-		}
-	}
-	add("tokenbucket.lua up to its ARGV checks (local functions)", "-- The request", 0)
-	add("… + ARGV checks", "local now\n", 0)
-	add("… + TIME", "-- The stored bucket.", g)
-	add("… + GET and decode", "local t0, back = now, 0", g)
-	if i, j := index(writeFrom, g), index(writeTo, g); i >= 0 && j > i {
-		cuts = append(cuts, struct{ name, body string }{"… + arithmetic (the whole script but the SET)", s[:i] + s[j:]})
-	}
-	cuts = append(cuts, struct{ name, body string }{"… + encode and SET: the whole general path", s})
-	cuts = append(cuts, struct{ name, body string }{"the shipped script (one-limit fast path)", redisstore.Script})
-	return cuts
-}
-
-func measureScriptCosts(ctx context.Context, admin *redis.Client, p policy) ([]scriptCost, error) {
-	ours := []any{"", "1", "0", p.burst, p.rate, 1000000}
-	rows := []struct {
-		name, body string
-		args       []any
-	}{
-		{"empty script (return a constant)", "return 1", nil},
-		{"floor: HINCRBY", FloorScript, nil},
-		{"GET + SET PX (the least a bucket needs)", "local v = redis.call('GET', KEYS[1])\nredis.call('SET', KEYS[1], '0123456789abcdefghij', 'PX', 1000)\nreturn 1", nil},
-	}
-	for _, c := range scriptCuts() {
-		rows = append(rows, struct {
-			name, body string
-			args       []any
-		}{c.name, c.body, ours})
-	}
+// measureScriptCosts times, inside Redis, an empty script and the scripts
+// of the in-Redis comparison (serverScripts), each with its own ARGV.
+func measureScriptCosts(ctx context.Context, admin *redis.Client, scripts []serverScript) ([]scriptCost, error) {
+	rows := append([]serverScript{{name: "empty script (return a constant)", body: "return 1"}}, scripts...)
 	var out []scriptCost
 	for _, r := range rows {
-		seed := ""
-		if r.args != nil {
-			seed = redisstore.Script
-		}
-		hot, err := timeBody(ctx, admin, r.body, false, seed, r.args)
+		hot, err := timeBody(ctx, admin, r.body, false, r.body, r.args)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", r.name, err)
 		}

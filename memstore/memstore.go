@@ -3,33 +3,53 @@
 // package fallback.
 //
 // It decides with ratelimit's Step, the same exact arithmetic as the Redis
-// script, so a Limiter gives the same Decisions on either store. Buckets are
-// spread over shards, each behind its own mutex; a bucket takes a few dozen
-// bytes besides its subject, while a Limiter's key prefix (its namespace) and
-// the policies that wrote the buckets are kept once. A bucket is dropped once it would be full again on the store's clock
-// (as a Redis key expires on the server's): each shard sweeps out such
-// buckets after as many checks as it holds buckets, and sweeps a part of
-// another shard at the same time, so memory follows the subjects active
-// within one refill window at a constant amortized cost per check. The store
-// starts no goroutine.
+// script, so a Limiter gives the same Decisions on either store (a check of
+// one limit runs Step's arithmetic on scalars, held equal to Step by a
+// differential test).
+//
+// Buckets are spread over shards by key, each shard behind its own mutex. A
+// bucket is a 24-byte entry in a slice, found by one map lookup from its
+// subject, which is kept in a fixed array up to 39 bytes (and copied into a
+// string of its own beyond): about 75 heap bytes per subject of up to 15
+// bytes. A Limiter's key prefix (its namespace) is kept once per shard, and
+// each policy once per store, found by its value in constant time however
+// many policies there are.
+//
+// A bucket full again is the same as a missing one, and is dropped (as a
+// Redis key expires on the server's clock): each shard sweeps out the buckets
+// that have been full again for a second on the store's clock after twice as
+// many checks as it holds buckets, and sweeps a part of another shard at the
+// same time, so memory follows the subjects active within about the last
+// refill window and second, at a constant amortized cost per check. A
+// namespace whose buckets are all gone and a policy that no bucket uses any
+// more are dropped with them, and tables compact once mostly empty; Sweep
+// does all of that at once. A check on a subject of up to 39 bytes allocates
+// nothing, but now and then to grow a table. The store starts no goroutine.
 //
 // A Store is safe for simultaneous use by multiple goroutines.
 package memstore
 
 import (
 	"context"
+	"encoding/binary"
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/exactlimit/ratelimit"
 )
 
-const shardCount = 64
+// shardCount is the number of shards, 1<<shardBits.
+const (
+	shardBits  = 6
+	shardCount = 1 << shardBits
+)
 
 // Store keeps token buckets in memory. The zero Store is not usable; call New.
 type Store struct {
@@ -39,45 +59,121 @@ type Store struct {
 	base   int64            // µs on the store's clock at start; expiry seconds count from it
 	cursor atomic.Uint32    // the next shard a sweep visits besides its own
 
-	polMu    sync.Mutex
-	policies atomic.Pointer[[]*policy] // copy on write; a policy's index never changes
+	// policies holds, by value, every policy some shard refers to, and
+	// those looked up since the index was last pruned. Lock order: a
+	// shard's mu, then polMu.
+	polMu    sync.RWMutex
+	policies map[policyKey]*policy
+	polPeak  int // the most policies held since policies was made
+	pruneAt  int // the size of the index at which to prune it next
 
 	shards [shardCount]shard
+}
+
+// policyKey is a policy in comparable form: its limits, zero beyond n.
+type policyKey struct {
+	n int
+	l [ratelimit.MaxLimits]ratelimit.Limit
 }
 
 // policy is a validated policy, kept once per store and shared by the
 // buckets it wrote.
 type policy struct {
-	limits []ratelimit.Limit
+	key    policyKey
+	limits []ratelimit.Limit // key.l[:key.n]
 	minCap int64
-	index  uint32
+	one    bool   // a policy of one limit
+	low    lowest // its first limit in lowest terms
+	shards int    // shards that refer to it; guarded by Store.polMu
 }
 
+// shard is the part of the store behind one mutex.
 type shard struct {
+	shardState
+	// Keep each shard's lock and counters on cache lines of their own.
+	_ [(128 - unsafe.Sizeof(shardState{})%128) % 128]byte
+}
+
+type shardState struct {
 	mu     sync.Mutex
-	spaces map[string]*space // by key prefix
-	last   *space            // the space of the latest check
+	ops    int               // checks since the last sweep
 	n      int               // buckets in all spaces
-	ops    int
-	_      [24]byte // keep shards on separate cache lines
+	last   *space            // the space of the latest check
+	recent *policy           // the policy of the latest check
+	hit    hit               // the bucket of the latest check on a short subject
+	spaces map[string]*space // by key prefix
+	peak   int               // the most spaces held since spaces was made
+	pols   []polRef          // the policies of the shard's buckets, by entry.pol
+	free   []uint32          // unused indexes of pols
+	// one and many index pols by value, for policies of one limit and of
+	// several.
+	one  map[ratelimit.Limit]uint32
+	many map[policyKey]uint32
+}
+
+// hit remembers the entry of a short subject's bucket, so that a subject
+// checked again and again (a hot one) is found without a map lookup. It is
+// cleared whenever an entry may move or be reused: a bucket added, dropped or
+// a table compacted in the shard.
+type hit struct {
+	sp  *space
+	key short
+	e   *entry // nil: nothing remembered
+}
+
+// polRef is a policy some of a shard's buckets were written by.
+type polRef struct {
+	p    *policy
+	refs int // buckets of the shard written by p
 }
 
 // space holds a shard's buckets of one key prefix (a Limiter's namespace),
 // keyed by the rest of the key: the prefix is kept once, not per bucket.
+// Subjects are kept in one of three tables by their length.
 type space struct {
-	prefix  string
-	buckets map[string]*entry
-	// extra holds the levels of the second and later limits of buckets
-	// written by a policy of several limits.
-	extra map[string]*[ratelimit.MaxLimits - 1]int64
+	prefix string
+	n      int             // buckets in the three tables
+	short  table[short]    // subjects of up to 15 bytes
+	mid    table[[40]byte] // subjects of 16 to 39 bytes
+	long   table[string]   // longer subjects, each its own copy
 }
 
-// entry is one bucket: 24 bytes, and 8 in the map beside its subject.
-type entry struct {
-	last    int64  // µs, the State's Last
-	level   int64  // the first limit's level
-	pol     uint32 // the index of the policy that wrote the bucket
-	expires uint32 // whole seconds after base, rounded up, on the store's clock
+// Subjects of up to maxShort bytes are kept in a short, and those of up to
+// maxMid bytes in an array, with their length in the last byte.
+const (
+	maxShort = 15
+	maxMid   = 39
+)
+
+// short is a subject of up to 15 bytes as two words, read with a few loads
+// rather than copied byte by byte: from 8 bytes on, the first word is the
+// first 8 bytes and the second the last 8, whose first byte (already in the
+// first word) gives way to the length; below, the first word holds the bytes
+// and the second the length. Each subject has its own. It is a byte array,
+// not two uint64s, so that a map slot of it and a uint32 takes 20 bytes, not
+// 24.
+type short [16]byte
+
+func shortKey(s string) (k short) {
+	n := len(s)
+	var a, b uint64
+	if n >= 8 {
+		a, b = le64(s), le64(s[n-8:])&^0xff|uint64(n)
+	} else {
+		for i := n - 1; i >= 0; i-- {
+			a = a<<8 | uint64(s[i])
+		}
+		b = uint64(n)
+	}
+	binary.LittleEndian.PutUint64(k[:8], a)
+	binary.LittleEndian.PutUint64(k[8:], b)
+	return k
+}
+
+func midKey(s string) (k [40]byte) {
+	copy(k[:maxMid], s)
+	k[maxMid] = byte(len(s))
+	return k
 }
 
 // Option configures a Store.
@@ -92,7 +188,7 @@ func WithClock(clock func() time.Time) Option { return func(s *Store) { s.clock 
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
-	s := &Store{seed: maphash.MakeSeed(), start: time.Now()}
+	s := &Store{seed: maphash.MakeSeed(), start: time.Now(), policies: make(map[policyKey]*policy)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -100,9 +196,10 @@ func New(opts ...Option) *Store {
 	if s.clock != nil {
 		s.base = s.clock().UnixMicro()
 	}
-	s.policies.Store(new([]*policy))
 	for i := range s.shards {
 		s.shards[i].spaces = make(map[string]*space)
+		s.shards[i].one = make(map[ratelimit.Limit]uint32)
+		s.shards[i].many = make(map[policyKey]uint32)
 	}
 	return s
 }
@@ -113,18 +210,7 @@ func New(opts ...Option) *Store {
 // keeps a copy of key, never key itself.
 func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
 	prefix, subject := split(key)
-	return s.apply(ctx, prefix, subject, r)
-}
-
-// ApplySplit is Apply on the key prefix+subject, without joining them: the
-// store keeps prefix once for all its buckets. Limiter uses it (see
-// ratelimit.SplitKeyStore).
-func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
-	if p, rest := split(prefix); p != prefix || rest != "" {
-		// Not a Limiter's length-framed prefix: file the key as Apply would.
-		return s.Apply(ctx, prefix+subject, r)
-	}
-	return s.apply(ctx, prefix, subject, r)
+	return s.ApplySplit(ctx, prefix, subject, r)
 }
 
 // split cuts a Limiter's key, "<len(ns)>:<ns>:<subject>", after its prefix.
@@ -146,14 +232,16 @@ func split(key string) (prefix, subject string) {
 	return key[:end+1], key[end+1:]
 }
 
-// apply decides r on the bucket at prefix+subject.
-func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
+// ApplySplit is Apply on the key prefix+subject, without joining them: the
+// store keeps prefix once for all its buckets. Limiter uses it (see
+// ratelimit.SplitKeyStore), so it is the one function a check runs through.
+func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
+	if p, rest := split(prefix); p != prefix || rest != "" {
+		// Not a Limiter's length-framed prefix: file the key as Apply would.
+		return s.Apply(ctx, prefix+subject, r)
+	}
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
-	}
-	p := s.policyFor(r.Limits)
-	if p == nil || !r.Peek && (r.Cost < 1 || r.Cost > p.minCap) {
-		return ratelimit.Decision{}, r.Validate()
 	}
 	// Buckets expire on the store's own clock, as Redis keys expire on the
 	// server's, whatever time the request carries.
@@ -162,54 +250,67 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 	if !r.Now.IsZero() {
 		us = r.Now.UnixMicro()
 	}
-	if us < 0 || us > ratelimit.MaxExact {
+	if us < 0 || us > ratelimit.MaxTime {
+		if err := r.Validate(); err != nil {
+			return ratelimit.Decision{}, err
+		}
 		_, err := ratelimit.Micros(time.UnixMicro(us))
 		return ratelimit.Decision{}, err
 	}
-	n := len(p.limits)
-	var bands [ratelimit.MaxLimits]ratelimit.Band
-	st := ratelimit.State{Bands: bands[:0]}
 
-	sh := &s.shards[maphash.String(s.seed, subject)%shardCount]
-	sh.mu.Lock()
-	swept := sh.sweep(s.seconds(clock))
-	sp := sh.space(prefix)
-	e := sp.buckets[subject]
-	found := e != nil
-	var old *policy
-	if found {
-		old = s.policy(e.pol)
-		m := len(old.limits)
-		st.Last, st.Bands = e.last, bands[:m]
-		bands[0] = ratelimit.Band{Limit: old.limits[0], Level: e.level}
-		if m > 1 {
-			more := sp.extra[subject]
-			for i := 1; i < m; i++ {
-				bands[i] = ratelimit.Band{Limit: old.limits[i], Level: more[i-1]}
-			}
-		}
+	var k short // a short subject's key, made before taking the lock
+	if len(subject) <= maxShort {
+		k = shortKey(subject)
 	}
-	d, ttl, write := st.Step(r, us)
-	if write {
-		if found && len(old.limits) > 1 && n == 1 {
-			delete(sp.extra, subject)
+	sh := s.shardOf(prefix, subject)
+	sh.mu.Lock()
+	swept := s.sweep(sh, clock)
+	p := s.policyIn(sh, r.Limits)
+	if p == nil || !r.Peek && (r.Cost < 1 || r.Cost > p.minCap) {
+		sh.mu.Unlock()
+		return ratelimit.Decision{}, r.Validate()
+	}
+	var bands [ratelimit.MaxLimits]ratelimit.Band
+	sp := sh.last
+	if sp == nil || sp.prefix != prefix {
+		sp = sh.spaces[prefix]
+	}
+	var d ratelimit.Decision
+	var e *entry
+	if len(subject) <= maxShort && sp != nil {
+		if sh.hit.e != nil && sh.hit.sp == sp && sh.hit.key == k {
+			e = sh.hit.e
+		} else if e = sp.short.get(k); e != nil {
+			sh.hit = hit{sp: sp, key: k, e: e}
 		}
-		if n > 1 {
-			more := sp.extra[subject]
-			if more == nil {
-				more = new([ratelimit.MaxLimits - 1]int64)
-				sp.extra[strings.Clone(subject)] = more
-			}
-			for i := 1; i < n; i++ {
-				more[i-1] = st.Bands[i].Level
-			}
+	} else {
+		e = sp.find(subject)
+	}
+	if len(r.Limits) == 1 && (e == nil || sh.pols[e.pol].p.one && sh.pols[e.pol].p.low == p.low) {
+		// One limit on a bucket of its own rate: Step on scalars.
+		var b scalar
+		if e != nil {
+			b = scalar{found: true, last: e.last, level: e.level}
 		}
-		if !found {
-			e = new(entry)
-			sp.buckets[strings.Clone(subject)] = e
-			sh.n++
+		ttl, write := stepOne(&d, p.low, r.Limits[0], r.Cost, r.Peek, us, &b)
+		switch {
+		case !write:
+		case e != nil && sh.pols[e.pol].p == p:
+			e.last, e.level, e.expires = b.last, b.level, s.expiry(clock, ttl)
+			sh.last = sp
+		default:
+			bands[0] = ratelimit.Band{Limit: r.Limits[0], Level: b.level}
+			st := ratelimit.State{Last: b.last, Bands: bands[:1]}
+			s.store(sh, sp, prefix, subject, st, p, e, s.expiry(clock, ttl))
 		}
-		*e = entry{last: st.Last, level: st.Bands[0].Level, pol: p.index, expires: s.expiry(clock, ttl)}
+	} else {
+		st, e := sh.load(sp, subject, &bands)
+		var ttl time.Duration
+		var write bool
+		d, ttl, write = st.Step(r, us)
+		if write {
+			s.store(sh, sp, prefix, subject, st, p, e, s.expiry(clock, ttl))
+		}
 	}
 	sh.mu.Unlock()
 	if swept {
@@ -217,16 +318,190 @@ func (s *Store) apply(ctx context.Context, prefix, subject string, r ratelimit.R
 		// number of buckets at a time.
 		other := &s.shards[s.cursor.Add(1)%shardCount]
 		other.mu.Lock()
-		other.sweepSome(s.seconds(clock), 256)
+		s.sweepSome(other, s.cutoff(clock), 256)
 		other.mu.Unlock()
 	}
 	return d, nil
 }
 
+// shardOf returns the shard of the key prefix+subject.
+func (s *Store) shardOf(prefix, subject string) *shard {
+	return &s.shards[s.shardIndex(prefix, subject)]
+}
+
+// shardIndex returns the index of the shard of the key prefix+subject. The
+// prefix counts, so that the same subject in many namespaces (a tenant's
+// "admin", say) is spread over the shards too.
+func (s *Store) shardIndex(prefix, subject string) int {
+	h := maphash.String(s.seed, subject) ^ mix(prefix)*0x9e3779b97f4a7c15
+	return int(h >> (64 - shardBits))
+}
+
+// mix returns a cheap digest of a key prefix: its length, and its first and
+// last 8 bytes. It need not resist anyone: prefixes are the namespaces the
+// program chose, and the subject's part of the shard's hash is seeded.
+func mix(prefix string) uint64 {
+	n := len(prefix)
+	if n < 8 {
+		var h uint64
+		for i := range n {
+			h = h<<8 | uint64(prefix[i])
+		}
+		return h<<8 | uint64(n)
+	}
+	return le64(prefix[:8]) ^ bits.RotateLeft64(le64(prefix[n-8:]), 31) ^ uint64(n)
+}
+
+// le64 reads the first 8 bytes of s as a little-endian integer.
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// find returns the entry of subject's bucket in sp (which may be nil), or
+// nil when there is none.
+func (sp *space) find(subject string) *entry {
+	switch {
+	case sp == nil:
+		return nil
+	case len(subject) <= maxShort:
+		return sp.short.get(shortKey(subject))
+	case len(subject) <= maxMid:
+		return sp.mid.get(midKey(subject))
+	default:
+		return sp.long.get(subject)
+	}
+}
+
+// load reads the bucket of subject in sp (which may be nil) into a State
+// whose Bands use bands, and returns its entry, or nil when there is none.
+func (sh *shard) load(sp *space, subject string, bands *[ratelimit.MaxLimits]ratelimit.Band) (ratelimit.State, *entry) {
+	e := sp.find(subject)
+	if e == nil {
+		return ratelimit.State{Bands: bands[:0]}, nil
+	}
+	limits := sh.pols[e.pol].p.limits
+	bands[0] = ratelimit.Band{Limit: limits[0], Level: e.level}
+	if len(limits) > 1 {
+		var more [ratelimit.MaxLimits - 1]int64
+		switch {
+		case len(subject) <= maxShort:
+			more = sp.short.extra[shortKey(subject)]
+		case len(subject) <= maxMid:
+			more = sp.mid.extra[midKey(subject)]
+		default:
+			more = sp.long.extra[subject]
+		}
+		for i := 1; i < len(limits); i++ {
+			bands[i] = ratelimit.Band{Limit: limits[i], Level: more[i-1]}
+		}
+	}
+	return ratelimit.State{Last: e.last, Bands: bands[:len(limits)]}, e
+}
+
+// store writes st, decided under policy p, as the bucket of subject in sp,
+// making the space when sp is nil. e is the entry load returned: the bucket
+// is updated in place, or added when e is nil.
+func (s *Store) store(sh *shard, sp *space, prefix, subject string, st ratelimit.State, p *policy, e *entry, expires uint32) {
+	if sp == nil {
+		sp = &space{prefix: strings.Clone(prefix)}
+		sh.spaces[sp.prefix] = sp
+		sh.peak = max(sh.peak, len(sh.spaces))
+	}
+	sh.last = sp
+	multi := len(st.Bands) > 1
+	var more [ratelimit.MaxLimits - 1]int64
+	for i := 1; i < len(st.Bands); i++ {
+		more[i-1] = st.Bands[i].Level
+	}
+	if e != nil {
+		wasMulti := len(sh.pols[e.pol].p.limits) > 1
+		if sh.pols[e.pol].p != p {
+			pol := s.ref(sh, p)
+			s.unref(sh, e.pol)
+			e.pol = pol
+		}
+		e.last, e.level, e.expires = st.Last, st.Bands[0].Level, expires
+		if multi || wasMulti {
+			switch {
+			case len(subject) <= maxShort:
+				sp.short.setExtra(shortKey(subject), &more, multi)
+			case len(subject) <= maxMid:
+				sp.mid.setExtra(midKey(subject), &more, multi)
+			default:
+				sp.long.setExtra(subject, &more, multi)
+			}
+		}
+		return
+	}
+	n := entry{last: st.Last, level: st.Bands[0].Level, pol: s.ref(sh, p), expires: expires}
+	switch {
+	case len(subject) <= maxShort:
+		k := shortKey(subject)
+		sp.short.insert(k, n)
+		sp.short.setExtra(k, &more, multi)
+	case len(subject) <= maxMid:
+		k := midKey(subject)
+		sp.mid.insert(k, n)
+		sp.mid.setExtra(k, &more, multi)
+	default:
+		k := strings.Clone(subject)
+		sp.long.insert(k, n)
+		sp.long.setExtra(k, &more, multi)
+	}
+	sp.n++
+	sh.n++
+	sh.hit = hit{} // the table may have moved its entries
+}
+
+// policyIn returns the store's copy of limits, or nil when they are not a
+// valid policy. sh, locked, remembers the latest one.
+func (s *Store) policyIn(sh *shard, limits []ratelimit.Limit) *policy {
+	if p := sh.recent; p != nil && slices.Equal(p.limits, limits) {
+		return p
+	}
+	var p *policy
+	if i, ok := sh.find(limits); ok {
+		p = sh.pols[i].p
+	} else if p = s.policyFor(limits); p == nil {
+		return nil
+	}
+	sh.recent = p
+	return p
+}
+
+// find returns the index in sh.pols of the policy limits, if the shard has
+// it. It looks in the shard alone, under its lock, and touches no memory
+// another shard writes.
+func (sh *shard) find(limits []ratelimit.Limit) (uint32, bool) {
+	if len(limits) == 1 {
+		i, ok := sh.one[limits[0]]
+		return i, ok
+	}
+	if len(limits) == 0 || len(limits) > ratelimit.MaxLimits {
+		return 0, false
+	}
+	k := policyKey{n: len(limits)}
+	copy(k.l[:], limits)
+	i, ok := sh.many[k]
+	return i, ok
+}
+
 // policyFor returns the store's copy of limits, or nil when they are not a
-// valid policy.
+// valid policy. The policy stays in the store's index while a shard refers
+// to it; a policy found but not yet referred to may be dropped from the index
+// meanwhile, and is then still good to use.
 func (s *Store) policyFor(limits []ratelimit.Limit) *policy {
-	if p := findPolicy(*s.policies.Load(), limits); p != nil {
+	if len(limits) == 0 || len(limits) > ratelimit.MaxLimits {
+		return nil
+	}
+	k := policyKey{n: len(limits)}
+	copy(k.l[:], limits)
+	s.polMu.RLock()
+	p := s.policies[k]
+	s.polMu.RUnlock()
+	if p != nil {
 		return p
 	}
 	if (ratelimit.Request{Limits: limits, Peek: true}).Validate() != nil {
@@ -234,34 +509,122 @@ func (s *Store) policyFor(limits []ratelimit.Limit) *policy {
 	}
 	s.polMu.Lock()
 	defer s.polMu.Unlock()
-	old := *s.policies.Load()
-	if p := findPolicy(old, limits); p != nil {
+	if p := s.policies[k]; p != nil {
 		return p
 	}
-	p := &policy{limits: slices.Clone(limits), minCap: math.MaxInt64, index: uint32(len(old))}
-	for _, l := range limits {
+	p = &policy{key: k, minCap: math.MaxInt64}
+	p.limits = p.key.l[:k.n:k.n]
+	for _, l := range p.limits {
 		p.minCap = min(p.minCap, l.Capacity)
 	}
-	next := append(slices.Clip(old), p)
-	s.policies.Store(&next)
+	p.one, p.low = len(p.limits) == 1, lowestOf(p.limits[0])
+	s.policies[k] = p
+	s.polPeak = max(s.polPeak, len(s.policies))
+	if len(s.policies) > s.pruneAt {
+		// Policies looked up but never written with (peeks at missing
+		// buckets, say) are dropped once the index has doubled: a constant
+		// amortized cost per new policy.
+		s.prune(p)
+		s.pruneAt = 2*len(s.policies) + 64
+	}
 	return p
 }
 
-// findPolicy looks for limits among policies, the most recent first, so that
-// a rolling deploy's new policy is found at once.
-func findPolicy(policies []*policy, limits []ratelimit.Limit) *policy {
-	for i := len(policies) - 1; i >= 0; i-- {
-		if slices.Equal(policies[i].limits, limits) {
-			return policies[i]
+// prune drops from the index the policies no shard refers to, but keep.
+// s.polMu must be held.
+func (s *Store) prune(keep *policy) {
+	for k, p := range s.policies {
+		if p.shards == 0 && p != keep {
+			delete(s.policies, k)
 		}
 	}
-	return nil
+	s.shrinkPolicies()
 }
 
-// policy returns the policy of index i.
-func (s *Store) policy(i uint32) *policy { return (*s.policies.Load())[i] }
+// shrinkPolicies copies the index into a smaller map once it holds less
+// than a quarter of its most: a Go map never gives back its memory by itself.
+// s.polMu must be held.
+func (s *Store) shrinkPolicies() {
+	if s.polPeak >= 64 && len(s.policies) < s.polPeak/4 {
+		s.policies = maps(s.policies)
+		if s.policies == nil {
+			s.policies = make(map[policyKey]*policy)
+		}
+		s.polPeak = len(s.policies)
+	}
+}
 
-// now returns the store's clock in µs since the Unix epoch.
+// ref counts one more bucket of sh written by p and returns p's index in
+// sh.pols.
+func (s *Store) ref(sh *shard, p *policy) uint32 {
+	if i, ok := sh.find(p.limits); ok {
+		// p itself, or an equal policy made after p left the index.
+		sh.pols[i].refs++
+		return i
+	}
+	s.polMu.Lock()
+	p.shards++
+	if s.policies[p.key] == nil {
+		// Dropped from the index meanwhile (its last bucket elsewhere went):
+		// it is in use again.
+		s.policies[p.key] = p
+		s.polPeak = max(s.polPeak, len(s.policies))
+	}
+	s.polMu.Unlock()
+	var i uint32
+	if n := len(sh.free); n > 0 {
+		i, sh.free = sh.free[n-1], sh.free[:n-1]
+	} else {
+		i = uint32(len(sh.pols))
+		sh.pols = append(sh.pols, polRef{})
+	}
+	sh.pols[i] = polRef{p: p, refs: 1}
+	if len(p.limits) == 1 {
+		sh.one[p.limits[0]] = i
+	} else {
+		sh.many[p.key] = i
+	}
+	return i
+}
+
+// unref counts one bucket of sh fewer written by the policy at index i, and
+// lets the policy go once no bucket of the store uses it.
+func (s *Store) unref(sh *shard, i uint32) {
+	ref := &sh.pols[i]
+	if ref.refs--; ref.refs > 0 {
+		return
+	}
+	p := ref.p
+	*ref = polRef{}
+	if len(p.limits) == 1 {
+		delete(sh.one, p.limits[0])
+	} else {
+		delete(sh.many, p.key)
+	}
+	sh.free = append(sh.free, i)
+	if len(sh.free) == len(sh.pols) {
+		sh.pols, sh.free = sh.pols[:0], sh.free[:0]
+		if cap(sh.pols) > 64 {
+			// Give back the memory of the policies the shard held.
+			sh.pols, sh.free = nil, nil
+			sh.one = make(map[ratelimit.Limit]uint32)
+			sh.many = make(map[policyKey]uint32)
+		}
+	}
+	if sh.recent == p {
+		sh.recent = nil
+	}
+	s.polMu.Lock()
+	if p.shards--; p.shards == 0 && s.policies[p.key] == p {
+		delete(s.policies, p.key)
+		s.shrinkPolicies()
+	}
+	s.polMu.Unlock()
+}
+
+// now returns the store's clock in µs since the Unix epoch. The default
+// clock reads only the monotonic clock (time.Since of a time with a
+// monotonic reading does), which is the cheaper half of time.Now.
 func (s *Store) now() int64 {
 	if s.clock != nil {
 		return s.clock().UnixMicro()
@@ -273,6 +636,19 @@ func (s *Store) now() int64 {
 func (s *Store) seconds(clock int64) uint32 {
 	d := (clock - s.base) / 1e6
 	return uint32(min(max(d, 0), math.MaxUint32))
+}
+
+// linger is how long, in seconds, the checks' sweeps keep a bucket after it
+// is full again: a full bucket is the same as a missing one, and keeping it a
+// little spares a subject that comes back soon (a steady client under a
+// generous limit, whose bucket refills between its checks) the work of
+// dropping and remaking its bucket each time.
+const linger = 1
+
+// cutoff returns the second after base up to which the checks' sweeps drop
+// the buckets that have expired: linger seconds before clock (µs).
+func (s *Store) cutoff(clock int64) uint32 {
+	return s.seconds(clock - linger*1e6)
 }
 
 // expiry returns the second after base at which a bucket written at clock
@@ -289,17 +665,63 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 		return err
 	}
 	prefix, subject := split(key)
-	sh := &s.shards[maphash.String(s.seed, subject)%shardCount]
+	sh := s.shardOf(prefix, subject)
 	sh.mu.Lock()
 	if sp := sh.spaces[prefix]; sp != nil {
-		if _, ok := sp.buckets[subject]; ok {
-			delete(sp.buckets, subject)
-			delete(sp.extra, subject)
-			sh.n--
+		var e entry
+		var found bool
+		switch {
+		case len(subject) <= maxShort:
+			e, found = sp.short.remove(shortKey(subject))
+		case len(subject) <= maxMid:
+			e, found = sp.mid.remove(midKey(subject))
+		default:
+			e, found = sp.long.remove(subject)
+		}
+		if found {
+			s.dropped(sh, sp, e)
+			s.tidy(sh, sp)
+			sh.shrink()
 		}
 	}
 	sh.mu.Unlock()
 	return nil
+}
+
+// dropped accounts for the bucket e, just deleted from sp.
+func (s *Store) dropped(sh *shard, sp *space, e entry) {
+	sp.n--
+	sh.n--
+	sh.hit = hit{}
+	s.unref(sh, e.pol)
+}
+
+// tidy drops sp when it holds no bucket any more, and compacts its tables
+// when they are mostly empty.
+func (s *Store) tidy(sh *shard, sp *space) {
+	sh.hit = hit{} // compact moves entries
+	if sp.n == 0 {
+		delete(sh.spaces, sp.prefix)
+		if sh.last == sp {
+			sh.last = nil
+		}
+		return
+	}
+	sp.short.compact()
+	sp.mid.compact()
+	sp.long.compact()
+}
+
+// shrink copies the shard's map of spaces into a smaller one once it holds
+// less than a quarter of its most.
+func (sh *shard) shrink() {
+	if sh.peak >= 64 && len(sh.spaces) < sh.peak/4 {
+		sh.spaces = maps(sh.spaces)
+		if sh.spaces == nil {
+			sh.spaces = make(map[string]*space)
+		}
+		sh.peak = len(sh.spaces)
+	}
 }
 
 // Len returns the number of buckets held: those not yet swept out.
@@ -314,64 +736,50 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Sweep drops every bucket whose time has run out on the store's clock.
-// Checks sweep on their own; Sweep is for a caller that wants memory back at
-// once.
+// Sweep drops every bucket whose time has run out on the store's clock, with
+// the namespaces and policies left without a bucket. Checks sweep on their
+// own; Sweep is for a caller that wants memory back at once.
 func (s *Store) Sweep() {
 	now := s.seconds(s.now())
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.sweepSome(now, math.MaxInt)
+		s.sweepSome(sh, now, math.MaxInt)
 		sh.ops = 0
+		sh.recent = nil
 		sh.mu.Unlock()
 	}
+	s.polMu.Lock()
+	s.prune(nil)
+	s.polMu.Unlock()
 }
 
-// sweep drops expired buckets once the shard has served as many checks as it
-// holds buckets (at least 64), so that its cost per check is constant. It
-// reports whether it swept.
-func (sh *shard) sweep(now uint32) bool {
+// sweep drops the buckets of sh that expired linger seconds before clock (µs)
+// once the shard has served twice as many checks as it holds buckets (at
+// least 64), so that its cost per check is constant: half a bucket visited.
+// It reports whether it swept.
+func (s *Store) sweep(sh *shard, clock int64) bool {
 	sh.ops++
-	if sh.ops < max(64, sh.n) {
+	if sh.ops < max(64, 2*sh.n) {
 		return false
 	}
 	sh.ops = 0
-	sh.sweepSome(now, math.MaxInt)
+	s.sweepSome(sh, s.cutoff(clock), math.MaxInt)
 	return true
 }
 
-// sweepSome visits at most n buckets, from a random place in the shard, and
-// drops the expired ones.
-func (sh *shard) sweepSome(now uint32, n int) {
+// sweepSome visits at most n buckets of sh, from a random place, and drops
+// those that expired by the second upTo, with the spaces left empty.
+func (s *Store) sweepSome(sh *shard, upTo uint32, n int) {
 	for _, sp := range sh.spaces {
-		for k, e := range sp.buckets {
-			if n--; n < 0 {
-				return
-			}
-			if e.expires <= now {
-				delete(sp.buckets, k)
-				delete(sp.extra, k)
-				sh.n--
-			}
+		gone := func(e entry) { s.dropped(sh, sp, e) }
+		n = sp.short.sweep(upTo, n, gone)
+		n = sp.mid.sweep(upTo, n, gone)
+		n = sp.long.sweep(upTo, n, gone)
+		s.tidy(sh, sp)
+		if n <= 0 {
+			break
 		}
 	}
-}
-
-// space returns the shard's space of prefix, making it if need be.
-func (sh *shard) space(prefix string) *space {
-	if sp := sh.last; sp != nil && sp.prefix == prefix {
-		return sp
-	}
-	sp := sh.spaces[prefix]
-	if sp == nil {
-		sp = &space{
-			prefix:  strings.Clone(prefix),
-			buckets: make(map[string]*entry),
-			extra:   make(map[string]*[ratelimit.MaxLimits - 1]int64),
-		}
-		sh.spaces[sp.prefix] = sp
-	}
-	sh.last = sp
-	return sp
+	sh.shrink()
 }

@@ -122,7 +122,7 @@ func New(opts ...Option) *Observer {
 		}, []string{"partition", "state"}),
 		converted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_policy_conversions_total",
-			Help: "Checks that met a bucket another policy wrote and converted it, by namespace: a rolling deploy makes a few per subject; a steady rate means two limiters with different policies share the namespace.",
+			Help: "Checks that met a bucket another policy wrote and converted it, by namespace: a rolling deploy makes one per bucket; a steady rate means two limiters with different policies share the namespace.",
 		}, []string{"namespace"}),
 	}
 }

@@ -262,7 +262,7 @@ func TestPolicyConversionsAreCounted(t *testing.T) {
 		a.TryAcquire(ctx, "s")
 	}
 	err := testutil.CollectAndCompare(obs, strings.NewReader(`
-# HELP ratelimit_policy_conversions_total Checks that met a bucket another policy wrote and converted it, by namespace: a rolling deploy makes a few per subject; a steady rate means two limiters with different policies share the namespace.
+# HELP ratelimit_policy_conversions_total Checks that met a bucket another policy wrote and converted it, by namespace: a rolling deploy makes one per bucket; a steady rate means two limiters with different policies share the namespace.
 # TYPE ratelimit_policy_conversions_total counter
 ratelimit_policy_conversions_total{namespace="shared"} 6
 `), "ratelimit_policy_conversions_total")

@@ -87,8 +87,7 @@ func (s *Store) eachGroup(ctx context.Context, groups [][]*ratelimit.BatchItem, 
 // cost without taking anything.
 func (s *Store) evalAll(ctx context.Context, items []*ratelimit.BatchItem, dry bool) error {
 	keys := make([]string, len(items))
-	args := make([]any, 1, 1+len(items)*(2+4*len(items[0].Request.Limits)))
-	args[0] = timeArg(items[0].Request)
+	args := timeArgs(items[0].Request, 1+2*len(items))
 	for i, it := range items {
 		keys[i] = it.Key
 		if dry {
@@ -100,6 +99,14 @@ func (s *Store) evalAll(ctx context.Context, items []*ratelimit.BatchItem, dry b
 	res, err := s.eval(ctx, keys, args)
 	if err != nil {
 		return wrapErr("check", keys[0], err)
+	}
+	if len(items) == 1 {
+		d, err := ParseReply(items[0].Request, res)
+		if err != nil {
+			return wrapErr("check", keys[0], err)
+		}
+		items[0].Decision, items[0].Err = d, nil
+		return nil
 	}
 	v, ok := res.([]any)
 	if !ok || len(v) != replyLen*len(items) {

@@ -38,93 +38,104 @@ var ScriptSHA = func() string {
 var ErrUnexpectedReply = errors.New("redisstore: unexpected script reply")
 
 // replyLen is the number of integers the script replies per key.
-const replyLen = 7
+const replyLen = 5
 
 // Args returns the script's ARGV for a check of r, which must be valid: the
-// time (or "" for the server's TIME), then r's part (see appendRequest).
+// time (none for the server's TIME), then r's part (see appendRequest).
 func Args(r ratelimit.Request) []any {
-	args := make([]any, 1, 3+4*len(r.Limits))
-	args[0] = timeArg(r)
-	return appendRequest(args, r)
+	return appendRequest(timeArgs(r, 3), r)
 }
 
-// timeArg is the script's ARGV[1] for r.
-func timeArg(r ratelimit.Request) any {
-	if r.Now.IsZero() {
-		return ""
+// timeArgs returns ARGV with room for n values, holding the time of r: none
+// for the server's TIME.
+func timeArgs(r ratelimit.Request, n int) []any {
+	args := make([]any, 0, n)
+	if !r.Now.IsZero() {
+		args = append(args, r.Now.UnixMicro())
 	}
-	return r.Now.UnixMicro()
+	return args
 }
 
 // appendRequest appends one key's part of the script's ARGV for r: its cost
-// (-1 for a peek, which asks for one token and takes none), the number of its
-// limits, and each limit in lowest terms with its signature.
+// (-1 for a peek, which asks for one token and takes none) and its policy.
 func appendRequest(args []any, r ratelimit.Request) []any {
 	var cost any = r.Cost
 	if r.Peek {
 		cost = -1
 	}
-	args = append(args, cost, len(r.Limits))
-	for _, l := range r.Limits {
-		a := limitArgs(l)
-		args = append(args, a[:]...)
-	}
-	return args
+	return append(args, cost, policyArg(r.Limits))
 }
 
 // appendDry appends r's part of ARGV asking for its cost without taking it.
 func appendDry(args []any, r ratelimit.Request) []any {
-	if !r.Peek {
-		r.Cost = -r.Cost
-	} else {
-		r.Peek, r.Cost = false, -1
+	var cost any = -r.Cost
+	if r.Peek {
+		cost = -1
 	}
-	return appendRequest(args, r)
+	return append(args, cost, policyArg(r.Limits))
 }
 
-// limitCache keeps the script arguments of the limits seen, since a process
-// uses few policies and each check would otherwise encode its own: a map
-// replaced on write, read without a lock.
-var limitCache struct {
+// policyCache keeps the script's policy argument of the one-limit policies
+// seen, since a process uses few policies and each check would otherwise
+// encode its own: a map replaced on write, read without a lock.
+var policyCache struct {
 	mu sync.Mutex
-	m  atomic.Pointer[map[ratelimit.Limit]*[4]any]
+	m  atomic.Pointer[map[ratelimit.Limit]any] // each value a string, boxed once
 }
 
-// maxCachedLimits bounds limitCache; limits beyond it are encoded per check.
-const maxCachedLimits = 4096
+// maxCachedPolicies bounds policyCache; policies beyond it are encoded per
+// check.
+const maxCachedPolicies = 4096
 
-// limitArgs returns l's four script arguments: capacity, refill tokens and
-// refill period in µs in lowest terms, and their varints, as stored.
-func limitArgs(l ratelimit.Limit) *[4]any {
-	if m := limitCache.m.Load(); m != nil {
+// policyArg returns the script's policy argument for limits (see the header
+// of tokenbucket.lua): their number, then each limit's signature, its
+// values in lowest terms as the varints the bucket stores.
+func policyArg(limits []ratelimit.Limit) any {
+	if len(limits) != 1 {
+		b := []byte{byte(len(limits))}
+		for _, l := range limits {
+			b = appendLimit(b, l)
+		}
+		return string(b)
+	}
+	l := limits[0]
+	if m := policyCache.m.Load(); m != nil {
 		if a, ok := (*m)[l]; ok {
 			return a
 		}
 	}
-	lo := l.Lowest()
-	p := lo.RefillPeriod.Microseconds()
-	b := binary.AppendUvarint(nil, uint64(lo.Capacity))
-	b = binary.AppendUvarint(b, uint64(lo.RefillTokens))
-	b = binary.AppendUvarint(b, uint64(p))
-	a := &[4]any{lo.Capacity, lo.RefillTokens, p, string(b)}
-	limitCache.mu.Lock()
-	defer limitCache.mu.Unlock()
-	old := limitCache.m.Load()
-	if old != nil && len(*old) >= maxCachedLimits {
+	var a any = string(appendLimit([]byte{1}, l))
+	policyCache.mu.Lock()
+	defer policyCache.mu.Unlock()
+	old := policyCache.m.Load()
+	if old != nil && len(*old) >= maxCachedPolicies {
 		return a
 	}
-	next := make(map[ratelimit.Limit]*[4]any, 1+lenOf(old))
+	next := make(map[ratelimit.Limit]any, 1+lenOf(old))
 	if old != nil {
 		for k, v := range *old {
 			next[k] = v
 		}
 	}
 	next[l] = a
-	limitCache.m.Store(&next)
+	policyCache.m.Store(&next)
 	return a
 }
 
-func lenOf(m *map[ratelimit.Limit]*[4]any) int {
+// appendLimit appends l's part of a policy argument: the length of its
+// signature and the signature, its capacity, refill tokens and refill period
+// (µs) in lowest terms as varints.
+func appendLimit(b []byte, l ratelimit.Limit) []byte {
+	lo := l.Lowest()
+	var sig [3 * binary.MaxVarintLen64]byte
+	n := binary.PutUvarint(sig[:], uint64(lo.Capacity))
+	n += binary.PutUvarint(sig[n:], uint64(lo.RefillTokens))
+	n += binary.PutUvarint(sig[n:], uint64(lo.RefillPeriod.Microseconds()))
+	b = append(b, byte(n))
+	return append(b, sig[:n]...)
+}
+
+func lenOf(m *map[ratelimit.Limit]any) int {
 	if m == nil {
 		return 0
 	}
@@ -134,26 +145,31 @@ func lenOf(m *map[ratelimit.Limit]*[4]any) int {
 // ParseReply turns the script's reply to a check of r into a Decision.
 func ParseReply(r ratelimit.Request, reply any) (ratelimit.Decision, error) {
 	v, ok := reply.([]any)
-	if !ok || len(v) != replyLen {
+	if !ok || len(v) != replyLen && len(v) != shortReplyLen {
 		return ratelimit.Decision{}, unexpected(reply)
 	}
 	return parseAt(r, v, reply)
 }
 
+// shortReplyLen is the length of a one-key reply whose retry and catch-up
+// are 0.
+const shortReplyLen = 3
+
 // parseAt reads one key's replyLen integers of a reply.
 func parseAt(r ratelimit.Request, v []any, reply any) (ratelimit.Decision, error) {
 	var n [replyLen]int64
-	for i := range n {
+	for i := range min(len(v), replyLen) {
 		x, ok := v[i].(int64)
 		if !ok || x < 0 {
 			return ratelimit.Decision{}, unexpected(reply)
 		}
 		n[i] = x
 	}
-	if n[0] > 1 || n[5] > 1 || n[4] >= int64(len(r.Limits)) {
+	flags, reset, retry, back := n[0], n[2], n[3], n[4]
+	bound := flags >> 2
+	if bound >= int64(len(r.Limits)) {
 		return ratelimit.Decision{}, unexpected(reply)
 	}
-	retry, reset, back := n[2], n[3], n[6]
 	if retry > 0 {
 		retry += back
 	}
@@ -161,12 +177,12 @@ func parseAt(r ratelimit.Request, v []any, reply any) (ratelimit.Decision, error
 		reset += back
 	}
 	return ratelimit.Decision{
-		Allowed:    n[0] == 1,
+		Allowed:    flags&1 != 0,
 		Remaining:  n[1],
 		RetryAfter: micros(retry),
 		ResetAfter: micros(reset),
-		Limit:      r.Limits[n[4]],
-		Converted:  n[5] == 1,
+		Limit:      r.Limits[bound],
+		Converted:  flags&2 != 0,
 	}, nil
 }
 

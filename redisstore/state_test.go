@@ -64,3 +64,15 @@ func TestTheScriptAndDecodeStateRefuseTheSameValues(t *testing.T) {
 		}
 	}
 }
+
+func TestAnUnexpectedReplyWrapsItsSentinel(t *testing.T) {
+	r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(10)}, Cost: 1}
+	for _, reply := range []any{nil, "OK", []any{int64(1)}, []any{int64(1), int64(2), "x"}, []any{int64(4), int64(1), int64(0)}, []any{int64(-1), int64(1), int64(0)}} {
+		if _, err := redisstore.ParseReply(r, reply); !errors.Is(err, redisstore.ErrUnexpectedReply) {
+			t.Errorf("ParseReply(%v) = %v, want ErrUnexpectedReply", reply, err)
+		}
+	}
+	if d, err := redisstore.ParseReply(r, []any{int64(3), int64(9), int64(100_000)}); err != nil || !d.Allowed || !d.Converted || d.Remaining != 9 || d.ResetAfter != 100*time.Millisecond {
+		t.Errorf("a short reply: %+v %v", d, err)
+	}
+}

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestServerScripts loads the scripts of the in-Redis comparison into a real
+// redis-server and runs each once with its ARGV as redis-benchmark passes
+// them (strings): each answers as its library expects, and SCRIPT LOAD
+// names each by the SHA-1 the ceiling section runs.
+func TestServerScripts(t *testing.T) {
+	srv := testServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	scripts, err := serverScripts(policy{rate: 1000, burst: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, s := range scripts {
+		names[s.name] = true
+		sha, err := c.ScriptLoad(ctx, s.body).Result()
+		if err != nil {
+			t.Fatalf("%s: SCRIPT LOAD: %v", s.name, err)
+		}
+		if sha != s.sha {
+			t.Errorf("%s: SCRIPT LOAD gave %s, the ceiling runs %s", s.name, sha, s.sha)
+		}
+		if err := checkReply(ctx, c, s); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, want := range []string{scriptOurs, scriptRedisRate, scriptSkeleton, scriptFloor} {
+		if !names[want] {
+			t.Errorf("no %s among the server scripts", want)
+		}
+	}
+}
+
+// TestOurServerArgs holds the ceiling's ARGV for our script to the one
+// redisstore sends for a one-limit PerSecond(1000) check, written as
+// go-redis writes it, and to a bucket of 1000: on a key checked at a fixed
+// time, the 1000th check is allowed and the 1001st denied.
+func TestOurServerArgs(t *testing.T) {
+	scripts, err := serverScripts(policy{rate: 1000, burst: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(1000)}, Cost: 1}
+	want := argStrings(redisstore.Args(r))
+	got := argStrings(scripts[0].args)
+	if scripts[0].name != scriptOurs || strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("%s ARGV %q, redisstore.Args gives %q", scripts[0].name, got, want)
+	}
+	if got[0] != "" {
+		t.Errorf("ARGV[1] = %q, want \"\" (the server's TIME)", got[0])
+	}
+
+	// The same ARGV with a fixed time in place of "": 1000 allowed, then denied.
+	srv := testServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	args := make([]any, len(got))
+	for i, a := range got {
+		args[i] = a
+	}
+	args[0] = strconv.FormatInt(time.Now().UnixMicro(), 10)
+	key := "args:" + randHex()
+	pipe := c.Pipeline()
+	cmds := make([]*redis.Cmd, 1001)
+	for i := range cmds {
+		cmds[i] = pipe.EvalSha(ctx, redisstore.ScriptSHA, []string{key}, args...)
+	}
+	if err := c.ScriptLoad(ctx, redisstore.Script).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, cmd := range cmds {
+		res, err := cmd.Result()
+		if err != nil {
+			t.Fatalf("check %d: %v", i+1, err)
+		}
+		d, err := redisstore.ParseReply(r, res)
+		if err != nil {
+			t.Fatalf("check %d: %v", i+1, err)
+		}
+		if d.Allowed != (i < 1000) {
+			t.Fatalf("check %d: allowed %v, remaining %d", i+1, d.Allowed, d.Remaining)
+		}
+	}
+}
+
+// TestCaptureRedisRate checks that the redis_rate script is the module's
+// GCRA script and its ARGV what AllowN passes for 1000/s, burst 1000, one
+// token: burst, rate, period in seconds, cost.
+func TestCaptureRedisRate(t *testing.T) {
+	body, args, err := captureRedisRate(policy{rate: 1000, burst: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"emission_interval", "redis.call(\"TIME\")", "redis.call(\"GET\", rate_limit_key)", "\"SET\", rate_limit_key"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("captured script lacks %q:\n%s", want, body)
+		}
+	}
+	if got := strings.Join(argStrings(args), " "); got != "1000 1000 1 1" {
+		t.Errorf("captured ARGV %q, want \"1000 1000 1 1\"", got)
+	}
+}
+
+// TestSkeletonScript checks that the skeleton runs TIME, GET and SET ... PX
+// and nothing else: the key holds the server's time and expires.
+func TestSkeletonScript(t *testing.T) {
+	srv := testServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	key := "skel:" + randHex()
+	if err := c.Eval(ctx, SkeletonScript, []string{key}, "60000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Get(ctx, key).Result()
+	if err != nil || !regexp.MustCompile(`^[0-9]{16,}$`).MatchString(v) {
+		t.Errorf("stored %q, %v; want the server's TIME as digits", v, err)
+	}
+	if ttl, err := c.PTTL(ctx, key).Result(); err != nil || ttl <= 0 || ttl > time.Minute {
+		t.Errorf("PTTL %v, %v; want up to 60 s", ttl, err)
+	}
+	st, err := commandStats(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"time", "get", "set"} {
+		if st[cmd].calls < 1 {
+			t.Errorf("the skeleton did not run %s: %v", strings.ToUpper(cmd), st)
+		}
+	}
+}
+
+func TestArgStrings(t *testing.T) {
+	for _, tc := range []struct {
+		in   []any
+		want string
+	}{
+		{[]any{"", 1, int64(1000), "\x01\xe8\x07"}, "|1|1000|\x01\xe8\x07"},
+		{[]any{1000, 1000, 1.0, 1}, "1000|1000|1|1"},
+		{[]any{0.5, int64(-1)}, "0.5|-1"},
+		{nil, ""},
+	} {
+		if got := strings.Join(argStrings(tc.in), "|"); got != tc.want {
+			t.Errorf("argStrings(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestLoadWarning(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		load   float64
+		ok     bool
+		others float64
+		want   string // "" for no warning, else a part of it
+	}{
+		{"quiet", 0.05, true, 0.1, ""},
+		{"quiet, others unknown", 0.5, true, -1, ""},
+		{"loaded at the start", 0.51, true, -1, "load average 0.51 at the start"},
+		{"others busy during the run", 0.1, true, 0.8, "other processes used 0.80 cores"},
+		{"unreadable", 0, false, -1, "could not be read"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := loadWarning(tc.load, tc.ok, tc.others)
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("warning %q for a quiet run", got)
+			case tc.want != "" && (!strings.HasPrefix(got, "WARNING: ") || !strings.Contains(got, tc.want) || !strings.Contains(got, "noise")):
+				t.Errorf("warning %q, want one saying %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSampleCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc: Linux only")
+	}
+	a := sampleCPU(0)
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for x := 0; time.Now().Before(deadline); x++ {
+		_ = x * x
+	}
+	b := sampleCPU(0)
+	if !a.ok || !b.ok {
+		t.Fatalf("sampleCPU not ok: %+v %+v", a, b)
+	}
+	if b.own < a.own || b.busy < a.busy || b.busy-a.busy < b.own-a.own-2 {
+		t.Errorf("samples %+v then %+v: own time must grow no faster than the machine's", a, b)
+	}
+	if c := othersCores(a, b, 0.05); c < 0 {
+		t.Errorf("othersCores = %v, want ≥ 0", c)
+	}
+}
+
+// TestTargets checks the targets table's arithmetic on figures made up for
+// the purpose, and that a target whose section did not run is "not
+// measured", never a pass.
+func TestTargets(t *testing.T) {
+	run := func(rate float64, p50 time.Duration) []result {
+		return []result{{ops: int64(rate), elapsed: time.Second, p50: p50}}
+	}
+	rep := &report{cfg: defaultConfig(), runs: map[runKey][]result{
+		{"ours: redisstore", 64, 10000}: run(100_000, time.Millisecond),
+		{"redis_rate v10", 64, 10000}:   run(40_000, time.Millisecond),
+		{"floor (go-redis)", 64, 10000}: run(90_000, time.Millisecond),
+		{"ours: redisstore", 1, 10000}:  run(10_000, 120*time.Microsecond),
+		{"floor (go-redis)", 1, 10000}:  run(12_000, 100*time.Microsecond),
+	}, ceiling: []ceilingResult{
+		{name: scriptOurs, subjects: 10000, rps: 120_000}, {name: scriptOurs, subjects: 10000, rps: 100_000}, {name: scriptOurs, subjects: 10000, rps: 110_000},
+		{name: scriptRedisRate, subjects: 10000, rps: 100_000},
+		{name: scriptSkeleton, subjects: 10000, rps: 150_000},
+	}, local: []localResult{
+		{name: "ours: memstore", hotNs: 90, manyNs: 500, manyAllocs: 1, subjects: 1_000_000},
+		{name: "ours: memstore, all subjects live", manyNs: 400, bytesPerSubject: 88, subjects: 1_000_000},
+		{name: "go-limiter memorystore", hotNs: 100, manyNs: 400},
+		{name: "x/time/rate map", hotNs: 120, manyNs: 650},
+	}}
+	want := []struct{ value, verdict string }{
+		{"2.50×", "pass (goal 2.5× met)"},
+		{"1.11×", "pass"},
+		{"1.20×", "FAIL"},
+		{"1.10×", "pass"}, // median of 120k, 100k, 110k over 100k
+		{"0.73×", "FAIL"},
+		{"0.90×", "pass"},
+		{"1.25×", "FAIL"},
+		{"1.00", "FAIL"},
+		{"88 B", "pass"},
+	}
+	got := rep.targets()
+	if len(got) != len(want) {
+		t.Fatalf("%d targets, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		if got[i].value != w.value || got[i].verdict() != w.verdict {
+			t.Errorf("%s: %s %s, want %s %s", got[i].name, got[i].value, got[i].verdict(), w.value, w.verdict)
+		}
+	}
+
+	empty := &report{cfg: defaultConfig()}
+	for _, tg := range empty.targets() {
+		if tg.verdict() != "not measured" || !strings.Contains(tg.measured, "needs -") {
+			t.Errorf("%s with nothing measured: %q, %q", tg.name, tg.verdict(), tg.measured)
+		}
+	}
+}
+
+// TestCeilingSeesErrorReplies checks that redis-benchmark really runs the
+// ARGV it is given, and that a run on an ARGV the script refuses is an error
+// of the ceiling section: redis-benchmark 7 stops at an error reply, and
+// runCeiling also holds total_error_replies at zero for a redis-benchmark
+// that would count it as a request served.
+func TestCeilingSeesErrorReplies(t *testing.T) {
+	srv := testServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.ScriptLoad(ctx, redisstore.Script).Err(); err != nil {
+		t.Fatal(err)
+	}
+	scripts, err := serverScripts(policy{rate: 1000, burst: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := argStrings(scripts[0].args)
+	bad := append([]string(nil), good...)
+	bad[1] = "0" // cost 0: "cost must be at least 1"
+	for _, tc := range []struct {
+		name string
+		args []string
+		fail bool
+	}{{"shipped ARGV", good, false}, {"cost 0", bad, true}} {
+		e0, ok0 := errorReplies(ctx, c)
+		_, err := redisBenchmark(srv.addr, 200, 100, tc.name, "errcheck", redisstore.ScriptSHA, tc.args...)
+		e1, ok1 := errorReplies(ctx, c)
+		if !ok0 || !ok1 {
+			t.Fatal("no total_error_replies in INFO stats")
+		}
+		if failed := err != nil || e1 > e0; failed != tc.fail {
+			t.Errorf("%s: redis-benchmark error %v, %d error replies", tc.name, err, e1-e0)
+		}
+	}
+}
