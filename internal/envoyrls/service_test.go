@@ -536,12 +536,20 @@ func TestConcurrentRequestsAreExact(t *testing.T) {
 // TestConcurrentAllOrNothing: concurrent requests, each with a roomy
 // descriptor first and a tight one second, charge the roomy bucket exactly
 // as often as the tight one admits: a denial charges neither, even in a race.
+// memstore decides a request's descriptors in one ApplyAll.
+var _ ratelimit.AtomicStore = (*memstore.Store)(nil)
+
 func TestConcurrentAllOrNothing(t *testing.T) {
-	store := memstore.New()
-	if _, isAtomic := any(store).(ratelimit.AtomicStore); !isAtomic {
-		t.Skip("memstore has no ApplyAll yet (the lead's change to main): without it the sequential path can charge the first descriptor of a request a race denies")
-	}
-	concurrentAllOrNothing(t, store)
+	concurrentAllOrNothing(t, memstore.New())
+}
+
+// plain hides a store's ApplyAll, for the sequential path.
+type plain struct{ ratelimit.Store }
+
+// TestSequentialPath runs every feature on a store without ApplyAll: one
+// client at a time, the peek-then-take path is all or nothing too.
+func TestSequentialPath(t *testing.T) {
+	endToEnd(t, func(*testing.T) ratelimit.Store { return plain{memstore.New()} })
 }
 
 func concurrentAllOrNothing(t *testing.T, store ratelimit.Store) {
