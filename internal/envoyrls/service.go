@@ -221,7 +221,9 @@ type bucket struct {
 	key        string
 	limit      ratelimit.Limit
 	limits     []ratelimit.Limit // the Limiter's: {limit}, or nil for rpu 0
-	cost       int64             // 0 peeks
+	lim        *ratelimit.Limiter[string]
+	subject    string
+	cost       int64 // 0 peeks
 	shadow     bool
 	impossible bool // no bucket can ever hold the cost: rpu 0, or above capacity
 	d          ratelimit.Decision
@@ -441,9 +443,15 @@ func (s *Service) buckets(checks []check) []*bucket {
 		}
 		var key string
 		var limits []ratelimit.Limit
-		if c.lim != nil {
+		switch {
+		case c.lim != nil && len(checks) == 1:
+			// One descriptor: decide through its Limiter (decide's
+			// fast path), which builds no key on a store that takes
+			// split keys.
+			limits = c.lim.Limits()
+		case c.lim != nil:
 			key, limits = c.lim.Key(c.subject), c.lim.Limits()
-		} else {
+		default:
 			key = r.namespace + "\x00" + c.subject // rpu 0: never stored
 		}
 		var b *bucket
@@ -454,7 +462,7 @@ func (s *Service) buckets(checks []check) []*bucket {
 			}
 		}
 		if b == nil {
-			b = &bucket{key: key, limit: r.limit, limits: limits, shadow: r.ShadowMode, impossible: r.RequestsPerUnit == 0}
+			b = &bucket{key: key, lim: c.lim, subject: c.subject, limit: r.limit, limits: limits, shadow: r.ShadowMode, impossible: r.RequestsPerUnit == 0}
 			out = append(out, b)
 		}
 		c.bucket = b
@@ -489,7 +497,14 @@ func (s *Service) decide(ctx context.Context, buckets []*bucket) error {
 		// One bucket: one Apply, no all-or-nothing to arrange.
 		b := buckets[0]
 		var err error
-		b.d, err = s.store.Apply(ctx, b.key, ratelimit.Request{Limits: b.limits, Cost: b.cost, Peek: b.cost == 0, Now: now})
+		switch {
+		case b.lim == nil:
+			b.d, err = s.store.Apply(ctx, b.key, ratelimit.Request{Limits: b.limits, Cost: b.cost, Peek: b.cost == 0, Now: now})
+		case b.cost == 0:
+			b.d, err = b.lim.Peek(ctx, b.subject)
+		default:
+			b.d, err = b.lim.TryAcquireN(ctx, b.subject, b.cost)
+		}
 		b.charged = err == nil && b.d.Allowed && b.cost > 0
 		return err
 	}
@@ -561,6 +576,9 @@ func (s *Service) run(ctx context.Context, buckets []*bucket, now time.Time, pee
 		if b.limit == (ratelimit.Limit{}) {
 			b.d = ratelimit.Decision{}
 			continue
+		}
+		if b.key == "" {
+			b.key = b.lim.Key(b.subject) // left for decide's fast path
 		}
 		r := ratelimit.Request{Limits: b.limits, Cost: b.cost, Peek: peek || b.cost == 0, Now: now}
 		items = append(items, ratelimit.BatchItem{Key: b.key, Request: r})

@@ -333,7 +333,9 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 		wantStatus(t, "the huge one", r.Statuses[0], over, 10, 10)
 		wantStatus(t, "the other, only looked at", r.Statuses[1], ok, 100, 100)
 		wantStatus(t, "later, the other is full", f.ask(t, 0, desc("to_number=42")).Statuses[0], ok, 99, 100)
-		wantStatus(t, "request hits 11 > 10", f.ask(t, 11, desc("remote_address=2.2.2.2")).Statuses[0], over, 10, 10)
+		wantStatus(t, "request hits 3", f.ask(t, 3, desc("remote_address=2.2.2.2")).Statuses[0], ok, 7, 10)
+		wantStatus(t, "request hits 11 > 10, alone: over, with the real balance", f.ask(t, 11, desc("remote_address=2.2.2.2")).Statuses[0], over, 7, 10)
+		wantStatus(t, "nothing taken", f.ask(t, 0, desc("remote_address=2.2.2.2")).Statuses[0], ok, 6, 10)
 	})
 
 	t.Run("all or nothing: a request with one descriptor over its limit charges none", func(t *testing.T) {
