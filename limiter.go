@@ -143,7 +143,7 @@ func NewMulti[K any](store Store, limits []Limit, opts ...Option) (*Limiter[K], 
 	if err := validateLimits(limits); err != nil {
 		return nil, err
 	}
-	o := options{namespace: DefaultNamespace, clock: nil, sleep: sleepCtx}
+	o := options{namespace: DefaultNamespace, clock: nil, sleep: Sleep}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -82,8 +82,9 @@ func (l *Limiter[K]) WaitN(ctx context.Context, subject K, cost int64) (Decision
 	}
 }
 
-// sleepCtx sleeps for d, or until ctx ends (returning its error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// Sleep waits for d, or until ctx ends, and then returns ctx's error: the
+// sleep of Wait unless WithSleep sets another.
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

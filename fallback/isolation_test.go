@@ -31,6 +31,31 @@ func clusterSubjects(c *redistest.Cluster, lim *ratelimit.Limiter[string], n int
 	return subjects, master
 }
 
+// plainClusterSetUp starts a cluster of 3 masters with replicas replicas
+// each and the plain set-up over it, fallback.New(redisstore.New(cc),
+// WithOutage(LocalFallback)) with a probe, and warms 6 subjects spread over
+// the masters up on the shared buckets.
+func plainClusterSetUp(t *testing.T, replicas int, ns string) (*redistest.Cluster, *Store, *ratelimit.Limiter[string], []string, map[string]*redistest.Server) {
+	t.Helper()
+	c := redistest.StartCluster(t, 3, replicas)
+	s := mustNew(t, redisstore.New(redisClusterClient(t, c)), WithOutage(ratelimit.LocalFallback))
+	lim, err := ratelimit.New[string](s, ratelimit.PerMinute(1_000_000), ratelimit.WithNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runProbe(t, s)
+	subjects, master := clusterSubjects(c, lim, 6)
+	for _, subj := range subjects {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		d, err := lim.TryAcquire(ctx, subj)
+		cancel()
+		if err != nil || d.Source != ratelimit.SourceStore {
+			t.Fatalf("warm-up check of %s: %+v, %v", subj, d, err)
+		}
+	}
+	return c, s, lim, subjects, master
+}
+
 // TestClusterMasterKilledPlainSetUp: the plain set-up,
 // fallback.New(redisstore.New(cc), WithOutage(LocalFallback)), with no
 // WithPartitions, on a cluster of 3 masters with a replica each; 8
@@ -48,24 +73,8 @@ func TestClusterMasterKilledPlainSetUp(t *testing.T) {
 	const backBound = 300 * time.Millisecond
 	for run := range *masterKillRuns {
 		t.Run(fmt.Sprint("run ", run), func(t *testing.T) {
-			c := redistest.StartCluster(t, 3, 1)
-			cc := redisClusterClient(t, c)
-			s := mustNew(t, redisstore.New(cc), WithOutage(ratelimit.LocalFallback))
-			lim, err := ratelimit.New[string](s, ratelimit.PerMinute(1_000_000), ratelimit.WithNamespace("kill"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			runProbe(t, s)
-			subjects, master := clusterSubjects(c, lim, 6)
+			c, _, lim, subjects, master := plainClusterSetUp(t, 1, "kill")
 			victim := master[subjects[0]]
-			for _, subj := range subjects {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				d, err := lim.TryAcquire(ctx, subj)
-				cancel()
-				if err != nil || d.Source != ratelimit.SourceStore {
-					t.Fatalf("warm-up check of %s: %+v, %v", subj, d, err)
-				}
-			}
 			l := startLoad(8, deadline, func(ctx context.Context, w int) (string, ratelimit.Decision, error) {
 				subj := subjects[w%len(subjects)]
 				d, err := lim.TryAcquire(ctx, subj)
@@ -122,23 +131,8 @@ func TestClusterMasterKilledPlainSetUp(t *testing.T) {
 func TestClusterMasterStopped(t *testing.T) {
 	checkNoLeak(t)
 	const deadline = 200 * time.Millisecond
-	c := redistest.StartCluster(t, 3, 0)
-	cc := redisClusterClient(t, c)
-	s := mustNew(t, redisstore.New(cc), WithOutage(ratelimit.LocalFallback))
-	lim, err := ratelimit.New[string](s, ratelimit.PerMinute(1_000_000), ratelimit.WithNamespace("stop"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runProbe(t, s)
-	subjects, master := clusterSubjects(c, lim, 6)
+	_, s, lim, subjects, master := plainClusterSetUp(t, 0, "stop")
 	victim := master[subjects[0]]
-	for _, subj := range subjects {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if _, err := lim.TryAcquire(ctx, subj); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-	}
 	l := startLoad(8, deadline, func(ctx context.Context, w int) (string, ratelimit.Decision, error) {
 		subj := subjects[w%len(subjects)]
 		d, err := lim.TryAcquire(ctx, subj)

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/exactlimit/ratelimit"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -50,7 +52,7 @@ func WithRetrySleep(sleep func(ctx context.Context, d time.Duration) error) Clie
 // are returned at once. Like the server's Wait, it polls: retries are not
 // queued, and have no priority over other callers.
 func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
-	c := &client{retries: DefaultRetries, sleep: sleepCtx, jitter: rand.Int64N}
+	c := &client{retries: DefaultRetries, sleep: ratelimit.Sleep, jitter: rand.Int64N}
 	for _, o := range opts {
 		o(c)
 	}
@@ -79,17 +81,5 @@ func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 				return serr
 			}
 		}
-	}
-}
-
-// sleepCtx sleeps for d, or until ctx ends (returning its error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

@@ -93,38 +93,15 @@ func (p TrustedProxies) PeerIP(ctx context.Context, _ string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if p.trusted(a) {
-		name := p.Header
-		if name == "" {
-			name = "x-forwarded-for"
-		}
-		md, _ := metadata.FromIncomingContext(ctx)
-		hops := commaList(md.Get(name))
-		for i := len(hops) - 1; i >= 0; i-- {
-			h, ok := parseHop(hops[i])
-			if !ok {
-				break
-			}
-			a = h
-			if !p.trusted(a) {
-				break
-			}
-		}
+	hp := httplimit.TrustedProxies(p)
+	if hp.Header == "" {
+		hp.Header = "x-forwarded-for"
 	}
-	if a.Is6() && p.IPv6Bits > 0 && p.IPv6Bits < 128 {
-		pfx, _ := a.Prefix(p.IPv6Bits)
-		return pfx.String(), nil
+	var values []string
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		values = md.Get(hp.Header)
 	}
-	return a.String(), nil
-}
-
-func (p TrustedProxies) trusted(a netip.Addr) bool {
-	for _, pfx := range p.Prefixes {
-		if pfx.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return hp.KeyOf(hp.ChainFrom(a, values)[0]), nil
 }
 
 // ParsePrefixes parses addresses ("10.0.0.7", "::1") and CIDR prefixes
@@ -212,36 +189,4 @@ func peerAddr(ctx context.Context) (netip.Addr, error) {
 		return a.Unmap().WithZone(""), nil
 	}
 	return netip.Addr{}, fmt.Errorf("%w: peer address %q is not an IP address", ErrNoKey, s)
-}
-
-// parseHop parses one forwarded address: an IP, possibly with a port, and
-// possibly in brackets.
-func parseHop(s string) (netip.Addr, bool) {
-	s = strings.TrimSpace(s)
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap().WithZone(""), true
-	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap().WithZone(""), true
-	}
-	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
-		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
-			return a.Unmap().WithZone(""), true
-		}
-	}
-	return netip.Addr{}, false
-}
-
-// commaList splits each value on commas and returns the trimmed, non-empty
-// parts in order.
-func commaList(values []string) []string {
-	var out []string
-	for _, v := range values {
-		for _, part := range strings.Split(v, ",") {
-			if part = strings.TrimSpace(part); part != "" {
-				out = append(out, part)
-			}
-		}
-	}
-	return out
 }

@@ -54,12 +54,17 @@ func (p TrustedProxies) ClientIP(r *http.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	a := chain[0]
+	return p.KeyOf(chain[0]), nil
+}
+
+// KeyOf returns the key ClientIP gives the client address a: a itself, or
+// for IPv6 its prefix of p.IPv6Bits when that is set.
+func (p TrustedProxies) KeyOf(a netip.Addr) string {
 	if a.Is6() && p.IPv6Bits > 0 && p.IPv6Bits < 128 {
 		pfx, _ := a.Prefix(p.IPv6Bits)
-		return pfx.String(), nil
+		return pfx.String()
 	}
-	return a.String(), nil
+	return a.String()
 }
 
 // Chain returns the addresses p vouches for on the request's way, from the
@@ -74,17 +79,26 @@ func (p TrustedProxies) Chain(r *http.Request) ([]netip.Addr, error) {
 	if err != nil {
 		return nil, err
 	}
-	chain := []netip.Addr{a}
-	if p.trusted(a) {
+	name := p.Header
+	if name == "" {
+		name = "X-Forwarded-For"
+	}
+	return p.ChainFrom(a, r.Header.Values(name)), nil
+}
+
+// ChainFrom is Chain for a connection's peer address and the values of
+// p.Header read from wherever the proxies put them (gRPC metadata, say): the
+// values are read as a Forwarded header (RFC 7239, its for= parameters) when
+// p.Header is "Forwarded" in any case, else as comma-separated addresses, as
+// X-Forwarded-For. The values are read only when peer is trusted.
+func (p TrustedProxies) ChainFrom(peer netip.Addr, values []string) []netip.Addr {
+	chain := []netip.Addr{peer}
+	if p.trusted(peer) {
 		var hops []string
 		if strings.EqualFold(p.Header, "Forwarded") {
-			hops = forwardedFor(r.Header.Values("Forwarded"))
+			hops = forwardedFor(values)
 		} else {
-			name := p.Header
-			if name == "" {
-				name = "X-Forwarded-For"
-			}
-			hops = commaList(r.Header.Values(name))
+			hops = commaList(values)
 		}
 		for i := len(hops) - 1; i >= 0; i-- {
 			h, ok := parseHop(hops[i])
@@ -98,7 +112,7 @@ func (p TrustedProxies) Chain(r *http.Request) ([]netip.Addr, error) {
 		}
 	}
 	slices.Reverse(chain)
-	return chain, nil
+	return chain
 }
 
 func (p TrustedProxies) trusted(a netip.Addr) bool {
