@@ -41,6 +41,7 @@ func init() {
 		{"peek", "--redis URL [flags] SUBJECT", "show a subject's bucket without taking anything", runBucket("peek")},
 		{"reset", "--redis URL [flags] SUBJECT", "delete a subject's bucket, so that it starts full", runBucket("reset")},
 		{"bench", "[flags]", "drive a store with concurrent checks and report decisions/s and latency", runBench},
+		{"envoy-bench", "[flags]", "drive Envoy's rate limit service over gRPC and report calls/s and latency", runEnvoyBench},
 	}
 }
 
@@ -51,7 +52,7 @@ with no setup, and a shell tool for the buckets it keeps in Redis.
 Usage:
 `)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  ratelimit %-8s %-30s %s\n", c.name, c.args, c.short)
+		fmt.Fprintf(w, "  ratelimit %-11s %-30s %s\n", c.name, c.args, c.short)
 	}
 	fmt.Fprint(w, `
 Run 'ratelimit COMMAND --help' for the flags of a command, and

@@ -86,6 +86,8 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	fs.IntVar(&f.maxConns, "max-connections", 1024, "at most `N` connections open at once on each listener; more wait (0: no limit)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log lines as text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log debug, info, warn or error lines and above")
+	var envoy envoyFlags // the Envoy rate limit service: envoy.go
+	envoy.register(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -172,6 +174,12 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		}
 		mainHandler, adminHandler = proxy, svc.Handler()
 	}
+
+	stopEnvoy, err := startEnvoy(envoy, env, st, f.timeout, f.shutdown, f.maxConns, log, metrics)
+	if err != nil {
+		return err
+	}
+	defer stopEnvoy()
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -1,0 +1,211 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/exactlimit/ratelimit/internal/redistest"
+)
+
+// waitLog waits until re matches stderr, or serve exits, or 5 s pass.
+func waitLog(t *testing.T, stderr *syncBuffer, done <-chan int, re *regexp.Regexp) []string {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if m := re.FindStringSubmatch(stderr.String()); m != nil {
+			return m
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited %d: %s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line %v: %s", re, stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+const envoyTestConfig = "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: %d}\n"
+
+// TestServeEnvoy runs serve with --grpc-listen in this process: the RLS
+// answers over gRPC, /metrics has its series, SIGHUP reloads the config, and
+// a bad file is refused with a log line naming it while the old config stays.
+func TestServeEnvoy(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "edge.yaml")
+	writeConfig := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeConfig(strings.ReplaceAll(envoyTestConfig, "%d", "2"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	env := Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string {
+		if k == "LIMIT_RESPONSE_HEADERS_ENABLED" {
+			return "true"
+		}
+		return ""
+	}}
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--envoy-config", path}, env)
+	}()
+	grpcAddr := waitLog(t, &stderr, done, regexp.MustCompile(`grpc=(\S+)`))[1]
+	httpAddr := waitLog(t, &stderr, done, regexp.MustCompile(`msg=serving addr=(\S+)`))[1]
+
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	ask := func(ip string) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{
+			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	codes := func(ip string, n int) string {
+		var b strings.Builder
+		for range n {
+			if ask(ip).OverallCode == rlsv3.RateLimitResponse_OK {
+				b.WriteByte('+')
+			} else {
+				b.WriteByte('-')
+			}
+		}
+		return b.String()
+	}
+	if got := codes("a", 3); got != "++-" {
+		t.Errorf("2 a minute: got %s, want ++-", got)
+	}
+	if len(ask("h").ResponseHeadersToAdd) == 0 {
+		t.Error("LIMIT_RESPONSE_HEADERS_ENABLED=true: no headers")
+	}
+
+	writeConfig("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 2, typo: 1}\n")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	line := waitLog(t, &stderr, done, regexp.MustCompile(`envoy config reload refused.*`))[0]
+	if !strings.Contains(line, path) || !strings.Contains(line, "typo") {
+		t.Errorf("the refusal does not name the file and the field: %s", line)
+	}
+	if got := codes("b", 3); got != "++-" {
+		t.Errorf("after a bad reload, the old 2 a minute: got %s, want ++-", got)
+	}
+
+	writeConfig(strings.ReplaceAll(envoyTestConfig, "%d", "4"))
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, &stderr, done, regexp.MustCompile(`msg="envoy config reloaded"`))
+	if got := codes("c", 5); got != "++++-" {
+		t.Errorf("after the reload, 4 a minute: got %s, want ++++-", got)
+	}
+
+	res, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{
+		`ratelimit_envoy_hits_total{domain="edge",key="edge.remote_address"}`,
+		`ratelimit_envoy_over_limit_total{domain="edge",key="edge.remote_address"} 3`,
+		`ratelimit_envoy_config_reloads_total{result="error"} 1`,
+		`ratelimit_envoy_config_reloads_total{result="ok"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("serve exited %d: %s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+func TestServeEnvoyRefusesABadConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(path, []byte("domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"a bad file", []string{"--grpc-listen", "127.0.0.1:0", "--envoy-config", path}, 1, path},
+		{"no config", []string{"--grpc-listen", "127.0.0.1:0"}, 2, "--grpc-listen needs --envoy-config"},
+		{"a config without a listener", []string{"--envoy-config", path}, 2, "need --grpc-listen"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr syncBuffer
+			env := Env{Stdout: &stdout, Stderr: &stderr}
+			code := Main(context.Background(), append([]string{"serve", "--listen", "127.0.0.1:0"}, tc.args...), env)
+			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("got exit %d and %q, want %d and %q", code, stderr.String(), tc.code, tc.want)
+			}
+		})
+	}
+}
+
+// TestEnvoyBench runs the gRPC load generator briefly, on the embedded store
+// and on a real redis-server, and checks that it reports calls/s and
+// latency and that the rule limited it. It measures nothing.
+func TestEnvoyBench(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		store string
+	}{
+		{"embedded", nil, "memory (embedded"},
+		{"redis", []string{"--redis", "redis://" + srv.Addr()}, srv.Addr()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			args := append([]string{"envoy-bench", "--concurrency", "2", "--subjects", "3", "--rate", "5", "--duration", "300ms"}, tc.args...)
+			if code := Main(context.Background(), args, Env{Stdout: &stdout, Stderr: &stderr}); code != 0 {
+				t.Fatalf("exit %d: %s %s", code, stdout.String(), stderr.String())
+			}
+			out := stdout.String()
+			for _, want := range []string{tc.store, "calls/s", "latency     p50 ", " p99 ", "OVER_LIMIT)"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("report lacks %q:\n%s", want, out)
+				}
+			}
+			if strings.Contains(out, "(0 OVER_LIMIT)") || strings.Contains(out, "errors") {
+				t.Errorf("3 subjects at 5/s for 300ms: want denials and no errors:\n%s", out)
+			}
+		})
+	}
+}

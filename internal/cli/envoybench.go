@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/exactlimit/ratelimit/internal/envoyrls"
+)
+
+const envoyBenchAbout = `
+Envoy-bench is a gRPC load generator for Envoy's rate limit service: it sends
+ShouldRateLimit calls from --concurrency goroutines over --conns connections,
+each for one descriptor (--key, "s<i>") with i drawn at random among
+--subjects, in domain --domain, for --duration, and prints the calls per
+second, the p50, p99 and maximum latency of a call, and the fraction OK.
+
+With --target it drives a service already running there (this one, started
+with 'ratelimit serve --grpc-listen', or envoyproxy/ratelimit) whose config
+has the rule; give the load generator and the service their own cores to
+compare them. Without --target it starts this service in the same process on
+127.0.0.1, with a config of one rule of --rate per second per subject, on the
+embedded store or the --redis one. SIGINT ends the run early and still prints
+the report.`
+
+type envoyBenchFlags struct {
+	redis                        redisFlags
+	target, domain, key          string
+	concurrency, conns, subjects int
+	rate                         int64
+	duration                     time.Duration
+}
+
+func runEnvoyBench(ctx context.Context, env Env, args []string) error {
+	var f envoyBenchFlags
+	fs := newFlagSet(env, "envoy-bench", "[flags]", envoyBenchAbout)
+	fs.StringVar(&f.target, "target", "", "drive the rate limit service at `ADDR` (default: start one in this process)")
+	f.redis.register(fs)
+	fs.IntVar(&f.concurrency, "concurrency", 64, "calls in flight at the same time")
+	fs.IntVar(&f.conns, "conns", 4, "gRPC connections the calls are spread over")
+	fs.IntVar(&f.subjects, "subjects", 10_000, "distinct descriptor values, drawn uniformly")
+	fs.Int64Var(&f.rate, "rate", 1000, "without --target, the rule's requests_per_unit (unit second)")
+	fs.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run")
+	fs.StringVar(&f.domain, "domain", "bench", "the request's domain")
+	fs.StringVar(&f.key, "key", "subject", "the descriptor's key")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return usagef("unexpected argument %q (envoy-bench takes only flags)", pos[0])
+	case f.concurrency < 1 || f.conns < 1 || f.subjects < 1:
+		return usagef("--concurrency, --conns and --subjects must be at least 1")
+	case f.duration <= 0:
+		return usagef("--duration must be positive (got %v)", f.duration)
+	case f.target != "" && len(f.redis.urls) > 0:
+		return usagef("--redis applies only without --target (the target has its store)")
+	case f.rate < 1 || f.rate > 1<<32-1:
+		return usagef("--rate must be between 1 and 2^32-1 (got %d)", f.rate)
+	}
+	target := f.target
+	where := target
+	if target == "" {
+		addr, desc, stop, err := startBenchRLS(f)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		target, where = addr, "in process, "+desc
+	}
+	conns := make([]*grpc.ClientConn, f.conns)
+	for i := range conns {
+		c, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fmt.Errorf("--target: %w", err)
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, f.duration)
+	defer cancel()
+	fmt.Fprintf(env.Stdout, "target      %s\nworkload    domain %s, key %s over %d values, concurrency %d, %d connections, %v\n",
+		where, f.domain, f.key, f.subjects, f.concurrency, f.conns, f.duration)
+	res := envoyBench(ctx, f, conns)
+	res.report(env.Stdout)
+	return nil
+}
+
+// startBenchRLS starts the service on 127.0.0.1 with the bench's rule.
+func startBenchRLS(f envoyBenchFlags) (addr, desc string, stop func(), err error) {
+	cfg, err := envoyrls.ParseConfig("bench.yaml", fmt.Appendf(nil,
+		"domain: %q\ndescriptors:\n  - key: %q\n    rate_limit: {unit: second, requests_per_unit: %d}\n", f.domain, f.key, f.rate))
+	if err != nil {
+		return "", "", nil, err
+	}
+	st, err := openStore(storeOptions{redis: f.redis, timeout: time.Second})
+	if err != nil {
+		return "", "", nil, err
+	}
+	svc, err := envoyrls.New(envoyrls.Options{Store: st.store, Config: cfg, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		st.close()
+		return "", "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		st.close()
+		return "", "", nil, err
+	}
+	srv := grpc.NewServer(envoyrls.ServerOptions()...)
+	svc.Register(srv)
+	go srv.Serve(ln) //nolint:errcheck // ends with Stop
+	return ln.Addr().String(), st.name, func() { srv.Stop(); st.close() }, nil
+}
+
+// callTimeout bounds one call of envoy-bench.
+const callTimeout = 5 * time.Second
+
+type envoyBenchResult struct {
+	elapsed          time.Duration
+	ok, over, errors int64
+	hist             histogram
+	firstErr         error
+}
+
+func envoyBench(ctx context.Context, f envoyBenchFlags, conns []*grpc.ClientConn) envoyBenchResult {
+	reqs := make([]*rlsv3.RateLimitRequest, f.subjects)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlv3.RateLimitDescriptor{
+			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: f.key, Value: "s" + strconv.Itoa(i)}}},
+		}}
+	}
+	type worker struct {
+		ok, over, errors atomic.Int64
+		hist             histogram
+		firstErr         error
+	}
+	workers := make([]worker, f.concurrency)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		client := rlsv3.NewRateLimitServiceClient(conns[w%len(conns)])
+		wg.Go(func() {
+			me := &workers[w]
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
+			for ctx.Err() == nil {
+				// Each call has a deadline of its own, not the run's:
+				// a deadline that reaches the server shortens its
+				// store calls, and the outage behaviour would answer
+				// the calls in flight at the end of the run.
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+				t := time.Now()
+				resp, err := client.ShouldRateLimit(cctx, reqs[rng.IntN(len(reqs))])
+				lat := time.Since(t)
+				cancel()
+				switch {
+				case err != nil && ctx.Err() != nil:
+					return // the run is over
+				case err != nil:
+					if me.errors.Add(1) == 1 {
+						me.firstErr = err
+					}
+					continue
+				case resp.OverallCode == rlsv3.RateLimitResponse_OK:
+					me.ok.Add(1)
+				default:
+					me.over.Add(1)
+				}
+				me.hist.record(lat)
+			}
+		})
+	}
+	wg.Wait()
+	res := envoyBenchResult{elapsed: time.Since(start)}
+	for i := range workers {
+		w := &workers[i]
+		res.ok += w.ok.Load()
+		res.over += w.over.Load()
+		res.errors += w.errors.Load()
+		res.hist.merge(&w.hist)
+		if res.firstErr == nil {
+			res.firstErr = w.firstErr
+		}
+	}
+	return res
+}
+
+func (r envoyBenchResult) report(w io.Writer) {
+	n := r.ok + r.over
+	fmt.Fprintf(w, "calls       %d in %v = %.0f calls/s\n", n, r.elapsed.Round(time.Millisecond), float64(n)/r.elapsed.Seconds())
+	fmt.Fprintf(w, "ok          %.1f%% (%d OK, %d OVER_LIMIT)\n", pct(r.ok, n), r.ok, r.over)
+	fmt.Fprintf(w, "latency     p50 %v  p99 %v  max %v\n", r.hist.quantile(0.50), r.hist.quantile(0.99), r.hist.max())
+	if r.errors > 0 {
+		fmt.Fprintf(w, "errors      %d (first: %v)\n", r.errors, r.firstErr)
+	}
+}

@@ -1,0 +1,675 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/httplimit"
+)
+
+// Bounds on a request. A request beyond them is INVALID_ARGUMENT.
+const (
+	// MaxDescriptors bounds the descriptors of one request.
+	MaxDescriptors = 64
+	// MaxEntries bounds the entries of one descriptor.
+	MaxEntries = maxDepth
+	// MaxEntryBytes bounds an entry's key and its value, each.
+	MaxEntryBytes = 4096
+	// MaxRecvMsgSize is the largest request the gRPC server of
+	// ServerOptions accepts, and MaxSendMsgSize the largest response.
+	MaxRecvMsgSize = 1 << 20
+	MaxSendMsgSize = 4 << 20
+)
+
+// DefaultTimeout bounds one ShouldRateLimit's store calls when
+// Options.Timeout is zero.
+const DefaultTimeout = time.Second
+
+// Headers say which response headers ShouldRateLimit asks Envoy to add, as
+// the peer's LIMIT_RESPONSE_HEADERS_ENABLED and LIMIT_*_HEADER settings do.
+type Headers struct {
+	// Enabled turns the headers on.
+	Enabled bool
+	// Limit, Remaining and Reset name the headers with the binding rule's
+	// requests_per_unit, its remaining tokens and the seconds until its
+	// bucket is full (default RateLimit-Limit, RateLimit-Remaining,
+	// RateLimit-Reset). RateLimit-Policy and RateLimit (the IETF httpapi
+	// fields, as package httplimit writes them) come with them, and
+	// Retry-After when the request is over a limit.
+	Limit, Remaining, Reset string
+}
+
+// HeadersFromEnv reads the peer's variables through getenv:
+// LIMIT_RESPONSE_HEADERS_ENABLED (true or 1 turns the headers on),
+// LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER.
+func HeadersFromEnv(getenv func(string) string) Headers {
+	on, _ := strconv.ParseBool(strings.TrimSpace(getenv("LIMIT_RESPONSE_HEADERS_ENABLED")))
+	return Headers{
+		Enabled:   on,
+		Limit:     getenv("LIMIT_LIMIT_HEADER"),
+		Remaining: getenv("LIMIT_REMAINING_HEADER"),
+		Reset:     getenv("LIMIT_RESET_HEADER"),
+	}
+}
+
+func (h *Headers) defaults() {
+	if h.Limit == "" {
+		h.Limit = "RateLimit-Limit"
+	}
+	if h.Remaining == "" {
+		h.Remaining = "RateLimit-Remaining"
+	}
+	if h.Reset == "" {
+		h.Reset = "RateLimit-Reset"
+	}
+}
+
+// Options configure a Service.
+type Options struct {
+	// Store keeps the buckets. A ratelimit.AtomicStore decides the
+	// descriptors of a request all or nothing (see applyAll for others).
+	Store ratelimit.Store
+	// Config is the configuration to start with; nil means none (every
+	// request is OK with no limit until SetConfig).
+	Config *Config
+	// Clock, when set, is the time of every check; by default the store's
+	// own clock (Redis's TIME). Tests set it.
+	Clock func() time.Time
+	// Timeout bounds the store calls of one request (default
+	// DefaultTimeout).
+	Timeout time.Duration
+	// Headers are the response headers to ask Envoy to add.
+	Headers Headers
+	// Metrics receives the per-rule counters; nil means none.
+	Metrics *Metrics
+	// Logger receives reloads and store errors (default: discard).
+	Logger *slog.Logger
+}
+
+// Service answers envoy.service.ratelimit.v3.RateLimitService with token
+// buckets. It is safe for simultaneous use by multiple goroutines.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	store   ratelimit.Store
+	clock   func() time.Time
+	timeout time.Duration
+	headers Headers
+	metrics *Metrics
+	log     *slog.Logger
+	state   atomic.Pointer[state]
+	// lastErrLog is when a store error was last logged (Unix ns).
+	lastErrLog atomic.Int64
+}
+
+// state is a configuration with a Limiter for each of its bucket rules.
+type state struct {
+	cfg      *Config
+	limiters map[*Rule]*ratelimit.Limiter[string]
+}
+
+// New returns a Service. It does no I/O.
+func New(o Options) (*Service, error) {
+	if o.Store == nil {
+		return nil, errors.New("envoyrls: store must not be nil")
+	}
+	s := &Service{store: o.Store, clock: o.Clock, timeout: o.Timeout, headers: o.Headers, metrics: o.Metrics, log: o.Logger}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.headers.defaults()
+	cfg := o.Config
+	if cfg == nil {
+		cfg = &Config{domains: map[string]*node{}}
+	}
+	if err := s.SetConfig(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// SetConfig puts cfg in force. A request decided during the swap uses
+// either the old configuration or cfg, never a mix.
+func (s *Service) SetConfig(cfg *Config) error {
+	st := &state{cfg: cfg, limiters: map[*Rule]*ratelimit.Limiter[string]{}}
+	var opts []ratelimit.Option
+	if s.clock != nil {
+		opts = append(opts, ratelimit.WithClock(s.clock))
+	}
+	var err error
+	cfg.eachRule(func(r *Rule) {
+		if err != nil || r.limit == (ratelimit.Limit{}) {
+			return
+		}
+		var lim *ratelimit.Limiter[string]
+		lim, err = ratelimit.New[string](s.store, r.limit, append(opts, ratelimit.WithNamespace(r.namespace))...)
+		st.limiters[r] = lim
+	})
+	if err != nil {
+		return fmt.Errorf("envoyrls: %w", err)
+	}
+	s.state.Store(st)
+	if s.metrics != nil {
+		s.metrics.rules.Set(float64(cfg.rules))
+	}
+	return nil
+}
+
+// Config returns the configuration in force.
+func (s *Service) Config() *Config { return s.state.Load().cfg }
+
+// Reload loads the configuration at path (see LoadConfig) and puts it in
+// force. On an error the configuration in force stays; the error is logged
+// with the file and counted in ratelimit_envoy_config_reloads_total.
+func (s *Service) Reload(path string) error {
+	cfg, err := LoadConfig(path)
+	if err == nil {
+		err = s.SetConfig(cfg)
+	}
+	if err != nil {
+		s.metrics.reloaded("error")
+		s.log.Error("envoy config reload refused; keeping the previous config", "file", path, "err", err, "config", s.Config().String())
+		return err
+	}
+	s.metrics.reloaded("ok")
+	s.log.Info("envoy config reloaded", "file", path, "config", cfg.String())
+	return nil
+}
+
+// Register registers the service on srv.
+func (s *Service) Register(srv grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitServiceServer(srv, s) }
+
+// ServerOptions are the options of a gRPC server for the service: message
+// sizes capped at MaxRecvMsgSize and MaxSendMsgSize.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgSize), grpc.MaxSendMsgSize(MaxSendMsgSize)}
+}
+
+// check is one descriptor of a request, resolved.
+type check struct {
+	rule     *Rule // nil: no limit
+	lim      *ratelimit.Limiter[string]
+	subject  string
+	metric   string
+	hits     uint64
+	replaced bool
+	override *rlsv3.RateLimitResponse_RateLimit // a descriptor's own limit
+	bucket   *bucket
+}
+
+// bucket is one key of the request, with the checks that share it.
+type bucket struct {
+	key        string
+	limit      ratelimit.Limit
+	limits     []ratelimit.Limit // the Limiter's: {limit}, or nil for rpu 0
+	lim        *ratelimit.Limiter[string]
+	subject    string
+	cost       int64 // 0 peeks
+	shadow     bool
+	impossible bool // no bucket can ever hold the cost: rpu 0, or above capacity
+	d          ratelimit.Decision
+	charged    bool
+}
+
+// ShouldRateLimit decides a request as envoyproxy/ratelimit answers it, with
+// token buckets, and all or nothing: when any descriptor is over its limit
+// the response is OVER_LIMIT and no descriptor's bucket is charged. A
+// malformed request is INVALID_ARGUMENT; a store that cannot decide (with
+// the outage behaviour return-error) is UNAVAILABLE.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := validate(req); err != nil {
+		s.metrics.request("invalid")
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	st := s.state.Load()
+	root := st.cfg.domains[req.Domain]
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
+	if root == nil {
+		for i := range resp.Statuses {
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		}
+		s.metrics.request("unknown_domain")
+		return resp, nil
+	}
+	checks := make([]check, len(req.Descriptors))
+	var replacing map[string]bool
+	for i, d := range req.Descriptors {
+		c := &checks[i]
+		c.hits = uint64(max(1, req.HitsAddend))
+		if d.HitsAddend != nil {
+			c.hits = d.HitsAddend.Value
+		}
+		if d.Limit != nil {
+			if err := s.overrideCheck(c, req.Domain, d); err != nil {
+				s.metrics.request("invalid")
+				return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("descriptor %d: %v", i, err))
+			}
+			continue
+		}
+		m, ok := lookup(root, req.Domain, d.Entries)
+		if !ok {
+			continue
+		}
+		c.rule, c.subject, c.metric, c.lim = m.rule, m.subject, m.metric, st.limiters[m.rule]
+		for _, name := range m.rule.Replaces {
+			if replacing == nil {
+				replacing = map[string]bool{}
+			}
+			replacing[name] = true
+		}
+	}
+	for i := range checks {
+		c := &checks[i]
+		if c.rule != nil && c.rule.Name != "" && replacing[c.rule.Name] {
+			c.replaced = true
+		}
+	}
+
+	buckets := s.buckets(checks)
+	if err := s.decide(ctx, buckets); err != nil {
+		s.metrics.request("error")
+		switch {
+		case errors.Is(ctx.Err(), context.Canceled):
+			return nil, status.Error(codes.Canceled, "the client cancelled the request")
+		case errors.Is(err, ratelimit.ErrInvalidArgument):
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if now := time.Now().UnixNano(); now-s.lastErrLog.Load() >= int64(time.Second) {
+			s.lastErrLog.Store(now) // at most about one line a second
+			s.log.Warn("envoy ShouldRateLimit: the store could not decide; answering UNAVAILABLE", "domain", req.Domain, "err", err)
+		}
+		return nil, status.Error(codes.Unavailable, "rate limit store unavailable")
+	}
+
+	bind := -1 // the check whose headers are sent
+	for i := range checks {
+		c := &checks[i]
+		st := s.statusOf(c)
+		resp.Statuses[i] = st
+		s.metrics.observe(c)
+		if c.bucket == nil {
+			continue
+		}
+		switch {
+		case st.Code == rlsv3.RateLimitResponse_OVER_LIMIT:
+			if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+				bind = i
+			}
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		case resp.OverallCode == rlsv3.RateLimitResponse_OK && (bind < 0 || st.LimitRemaining < resp.Statuses[bind].LimitRemaining):
+			bind = i
+		}
+	}
+	if s.headers.Enabled && bind >= 0 {
+		resp.ResponseHeadersToAdd = s.responseHeaders(&checks[bind], resp.Statuses[bind])
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+		s.metrics.request("ok")
+	} else {
+		s.metrics.request("over_limit")
+	}
+	return resp, nil
+}
+
+// validate refuses what cannot be decided: no domain, no descriptors, a
+// descriptor without entries, an empty key, sizes above the bounds, and a
+// refund (is_negative_hits), which a token bucket does not take.
+func validate(req *rlsv3.RateLimitRequest) error {
+	switch {
+	case req.Domain == "":
+		return errors.New("the domain must not be empty")
+	case len(req.Domain) > MaxEntryBytes:
+		return fmt.Errorf("the domain is longer than %d bytes", MaxEntryBytes)
+	case len(req.Descriptors) == 0:
+		return errors.New("the descriptor list must not be empty")
+	case len(req.Descriptors) > MaxDescriptors:
+		return fmt.Errorf("at most %d descriptors per request (got %d)", MaxDescriptors, len(req.Descriptors))
+	}
+	for i, d := range req.Descriptors {
+		switch {
+		case d == nil || len(d.Entries) == 0:
+			return fmt.Errorf("descriptor %d has no entries", i)
+		case len(d.Entries) > MaxEntries:
+			return fmt.Errorf("descriptor %d: at most %d entries (got %d)", i, MaxEntries, len(d.Entries))
+		case d.IsNegativeHits:
+			return fmt.Errorf("descriptor %d: is_negative_hits is not supported (a token bucket is not refunded)", i)
+		}
+		for j, e := range d.Entries {
+			switch {
+			case e == nil || e.Key == "":
+				return fmt.Errorf("descriptor %d entry %d: the key must not be empty", i, j)
+			case len(e.Key) > MaxEntryBytes || len(e.Value) > MaxEntryBytes:
+				return fmt.Errorf("descriptor %d entry %d: key and value must each be at most %d bytes", i, j, MaxEntryBytes)
+			}
+		}
+	}
+	return nil
+}
+
+// overrideUnits maps a descriptor's limit unit to its length (envoy.type.v3,
+// which has no week).
+var overrideUnits = map[typev3.RateLimitUnit]string{
+	typev3.RateLimitUnit_SECOND: "second",
+	typev3.RateLimitUnit_MINUTE: "minute",
+	typev3.RateLimitUnit_HOUR:   "hour",
+	typev3.RateLimitUnit_DAY:    "day",
+	typev3.RateLimitUnit_MONTH:  "month",
+	typev3.RateLimitUnit_YEAR:   "year",
+}
+
+// overrideCheck resolves a descriptor that carries its own limit: a bucket of
+// requests_per_unit per unit (times unit_multiplier), keyed by the domain,
+// the entries and the limit, never in shadow mode.
+func (s *Service) overrideCheck(c *check, domain string, d *rlv3.RateLimitDescriptor) error {
+	o := d.Limit
+	name, ok := overrideUnits[o.Unit]
+	if !ok {
+		return fmt.Errorf("limit override: unknown unit %v", o.Unit)
+	}
+	mult := uint32(1)
+	if o.UnitMultiplier != nil {
+		mult = o.UnitMultiplier.Value
+		if mult == 0 {
+			return errors.New("limit override: unit_multiplier must be at least 1")
+		}
+	}
+	per := Units[name] * time.Duration(mult)
+	if per/time.Duration(mult) != Units[name] {
+		return errors.New("limit override: the period overflows")
+	}
+	var b strings.Builder
+	b.WriteString("envoy-override")
+	frame(&b, domain)
+	fmt.Fprintf(&b, ":%d/%s*%d", o.RequestsPerUnit, name, mult)
+	var subj, stat strings.Builder
+	stat.WriteString(domain)
+	for _, e := range d.Entries {
+		frame(&subj, e.Key)
+		frame(&subj, e.Value)
+		stat.WriteByte('.')
+		stat.WriteString(e.Key)
+		if e.Value != "" {
+			stat.WriteByte('_')
+			stat.WriteString(e.Value)
+		}
+	}
+	r := &Rule{Domain: domain, Path: stat.String(), Unit: name, RequestsPerUnit: o.RequestsPerUnit, Capacity: int64(o.RequestsPerUnit), namespace: b.String()}
+	c.rule, c.subject, c.metric = r, shorten(subj.String()), r.Path
+	c.override = &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: o.RequestsPerUnit, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(o.Unit), UnitMultiplier: o.UnitMultiplier}
+	if o.RequestsPerUnit == 0 {
+		return nil
+	}
+	l, err := bucketLimit(r.Capacity, int64(o.RequestsPerUnit), per)
+	if err != nil {
+		return fmt.Errorf("limit override: %v", err)
+	}
+	r.limit = l
+	var opts []ratelimit.Option
+	if s.clock != nil {
+		opts = append(opts, ratelimit.WithClock(s.clock))
+	}
+	c.lim, err = ratelimit.New[string](s.store, l, append(opts, ratelimit.WithNamespace(r.namespace))...)
+	return err
+}
+
+// buckets gathers the checks that need a bucket, one per key: descriptors
+// that resolve to the same bucket add their hits.
+func (s *Service) buckets(checks []check) []*bucket {
+	var out []*bucket
+	for i := range checks {
+		c := &checks[i]
+		r := c.rule
+		if r == nil || r.Unlimited || c.replaced {
+			continue
+		}
+		var key string
+		var limits []ratelimit.Limit
+		switch {
+		case c.lim != nil && len(checks) == 1:
+			// One descriptor: decide through its Limiter (decide's
+			// fast path), which builds no key on a store that takes
+			// split keys.
+			limits = c.lim.Limits()
+		case c.lim != nil:
+			key, limits = c.lim.Key(c.subject), c.lim.Limits()
+		default:
+			key = r.namespace + "\x00" + c.subject // rpu 0: never stored
+		}
+		var b *bucket
+		for _, o := range out {
+			if o.key == key {
+				b = o
+				break
+			}
+		}
+		if b == nil {
+			b = &bucket{key: key, lim: c.lim, subject: c.subject, limit: r.limit, limits: limits, shadow: r.ShadowMode, impossible: r.RequestsPerUnit == 0}
+			out = append(out, b)
+		}
+		c.bucket = b
+		if b.impossible {
+			continue
+		}
+		if c.hits > uint64(r.Capacity) || uint64(b.cost)+c.hits > uint64(r.Capacity) {
+			b.impossible = true
+			continue
+		}
+		b.cost += int64(c.hits)
+	}
+	return out
+}
+
+// decide decides the buckets as one. A bucket in shadow mode never denies
+// the others: when only shadow buckets lack their cost they are left out
+// and the rest decided again. When an enforced bucket can never hold its
+// cost, the request is over its limit and every bucket is only peeked, for
+// the statuses.
+func (s *Service) decide(ctx context.Context, buckets []*bucket) error {
+	if len(buckets) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var now time.Time
+	if s.clock != nil {
+		now = s.clock()
+	}
+	if len(buckets) == 1 && !buckets[0].impossible {
+		// One bucket: one Apply, no all-or-nothing to arrange.
+		b := buckets[0]
+		var err error
+		switch {
+		case b.lim == nil:
+			b.d, err = s.store.Apply(ctx, b.key, ratelimit.Request{Limits: b.limits, Cost: b.cost, Peek: b.cost == 0, Now: now})
+		case b.cost == 0:
+			b.d, err = b.lim.Peek(ctx, b.subject)
+		default:
+			b.d, err = b.lim.TryAcquireN(ctx, b.subject, b.cost)
+		}
+		b.charged = err == nil && b.d.Allowed && b.cost > 0
+		return err
+	}
+	active := make([]*bucket, 0, len(buckets))
+	peekOnly := false
+	for _, b := range buckets {
+		if b.impossible && !b.shadow {
+			peekOnly = true
+		}
+	}
+	var peeks []*bucket
+	for _, b := range buckets {
+		switch {
+		case peekOnly || b.impossible:
+			peeks = append(peeks, b)
+		default:
+			active = append(active, b)
+		}
+	}
+	if len(peeks) > 0 {
+		if err := s.run(ctx, peeks, now, true); err != nil {
+			return err
+		}
+		for _, b := range peeks {
+			// A look says whether one token is there; the status says
+			// whether the cost was.
+			b.d.Allowed = b.d.Allowed && !b.impossible && b.d.Remaining >= max(b.cost, 1)
+		}
+	}
+	for len(active) > 0 {
+		if err := s.run(ctx, active, now, false); err != nil {
+			return err
+		}
+		enforcedDenied, shadowDenied := false, false
+		for _, b := range active {
+			if !b.d.Allowed {
+				if b.shadow {
+					shadowDenied = true
+				} else {
+					enforcedDenied = true
+				}
+			}
+		}
+		if enforcedDenied || !shadowDenied {
+			charged := !enforcedDenied
+			for _, b := range active {
+				b.charged = charged && b.cost > 0
+			}
+			return nil
+		}
+		kept := active[:0]
+		for _, b := range active {
+			if b.d.Allowed {
+				kept = append(kept, b)
+			}
+		}
+		active = kept
+	}
+	return nil
+}
+
+// run applies buckets through the store, all or nothing; peek asks for the
+// standing only. A bucket with no limit (rpu 0) is denied without a store
+// call.
+func (s *Service) run(ctx context.Context, buckets []*bucket, now time.Time, peek bool) error {
+	items := make([]ratelimit.BatchItem, 0, len(buckets))
+	idx := make([]*bucket, 0, len(buckets))
+	for _, b := range buckets {
+		if b.limit == (ratelimit.Limit{}) {
+			b.d = ratelimit.Decision{}
+			continue
+		}
+		if b.key == "" {
+			b.key = b.lim.Key(b.subject) // left for decide's fast path
+		}
+		r := ratelimit.Request{Limits: b.limits, Cost: b.cost, Peek: peek || b.cost == 0, Now: now}
+		items = append(items, ratelimit.BatchItem{Key: b.key, Request: r})
+		idx = append(idx, b)
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	if err := applyAll(ctx, s.store, items); err != nil {
+		return err
+	}
+	for i, b := range idx {
+		b.d = items[i].Decision
+	}
+	return nil
+}
+
+// statusOf is a check's descriptor status.
+func (s *Service) statusOf(c *check) *rlsv3.RateLimitResponse_DescriptorStatus {
+	r := c.rule
+	switch {
+	case r == nil || c.replaced:
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	case r.Unlimited:
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: maxUint32}
+	}
+	b := c.bucket
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code:           rlsv3.RateLimitResponse_OK,
+		CurrentLimit:   c.override,
+		LimitRemaining: uint32(min(max(b.d.Remaining, 0), maxUint32)),
+	}
+	if st.CurrentLimit == nil {
+		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: unitEnum[r.Unit]}
+	}
+	reset := b.d.ResetAfter
+	if b.limit == (ratelimit.Limit{}) {
+		reset = Units[r.Unit] // rpu 0 never fills
+	}
+	st.DurationUntilReset = durationpb.New(max(reset, 0))
+	if !b.d.Allowed && !b.shadow {
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return st
+}
+
+var unitEnum = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
+	"second": rlsv3.RateLimitResponse_RateLimit_SECOND,
+	"minute": rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	"hour":   rlsv3.RateLimitResponse_RateLimit_HOUR,
+	"day":    rlsv3.RateLimitResponse_RateLimit_DAY,
+	"week":   rlsv3.RateLimitResponse_RateLimit_WEEK,
+	"month":  rlsv3.RateLimitResponse_RateLimit_MONTH,
+	"year":   rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+// responseHeaders are the headers of the binding check: the peer's three,
+// then RateLimit-Policy and RateLimit as package httplimit writes them, and
+// on a denial Retry-After, the whole seconds until the cost is there.
+func (s *Service) responseHeaders(c *check, st *rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+	reset := int64(0)
+	if d := st.DurationUntilReset.AsDuration(); d > 0 {
+		reset = int64((d + time.Second - 1) / time.Second)
+	}
+	out := []*corev3.HeaderValue{
+		{Key: s.headers.Limit, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: s.headers.Remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+		{Key: s.headers.Reset, Value: strconv.FormatInt(reset, 10)},
+	}
+	b := c.bucket
+	if b.limit == (ratelimit.Limit{}) {
+		return out
+	}
+	name := c.rule.Name
+	if name == "" {
+		name = c.rule.Path
+	}
+	now := time.Now()
+	if s.clock != nil {
+		now = s.clock()
+	}
+	h := http.Header{}
+	httplimit.SetHeaders(h, name, b.limits, b.d, now)
+	for _, k := range []string{"RateLimit-Policy", "RateLimit"} {
+		if v := h.Get(k); v != "" {
+			out = append(out, &corev3.HeaderValue{Key: k, Value: v})
+		}
+	}
+	if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT && b.d.RetryAfter > 0 {
+		secs := max(1, int64((b.d.RetryAfter+time.Second-1)/time.Second))
+		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(secs, 10)})
+	}
+	return out
+}
