@@ -121,14 +121,17 @@ type AtomicStore interface {
 }
 
 // ValidateAll reports whether an AtomicStore can decide items as one: each
-// request is valid (see Request.Validate), all are decided at the same time
-// (equal Now), and no key appears twice. The error wraps ErrInvalidArgument
+// request is valid (see Request.Validate), no key is empty, all are decided
+// at the same time (equal Now), and no key appears twice. The error wraps ErrInvalidArgument
 // and names the item. It allocates nothing for up to 16 items.
 func ValidateAll(items []BatchItem) error {
 	for i := range items {
 		r := &items[i].Request
 		if err := r.Validate(); err != nil {
 			return fmt.Errorf("item %d: %w", i, err)
+		}
+		if items[i].Key == "" {
+			return invalid("item %d: key must not be empty", i)
 		}
 		if !r.Now.Equal(items[0].Request.Now) {
 			return invalid("item %d: every item must be decided at the same time", i)

@@ -233,7 +233,9 @@ func runServe(ctx context.Context, env Env, args []string) error {
 			}
 			reloadToken(log, svc, f.tokenFile)
 			if f.config == "" {
-				log.Warn("SIGHUP: no --config file to reload; the policies stay", "policies", svc.Policies().String())
+				if envoy.config == "" { // the Envoy config reloads on its own signal
+					log.Warn("SIGHUP: no --config file to reload; the policies stay", "policies", svc.Policies().String())
+				}
 				continue
 			}
 			svc.Reload(f.config) //nolint:errcheck // Reload logs the outcome
