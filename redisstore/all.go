@@ -32,7 +32,17 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 	if err := ratelimit.ValidateAll(items); err != nil {
 		return err
 	}
-	if len(items) == 0 {
+	switch len(items) {
+	case 0:
+		return nil
+	case 1:
+		// One key is one check, sent through the master's lanes with the
+		// others (Apply).
+		d, err := s.Apply(ctx, items[0].Key, items[0].Request)
+		if err != nil {
+			return err
+		}
+		items[0].Decision = d
 		return nil
 	}
 	groups := [][]*ratelimit.BatchItem{nil}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -201,7 +202,12 @@ func (s *Service) Register(srv grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitS
 // ServerOptions are the options of a gRPC server for the service: message
 // sizes capped at MaxRecvMsgSize and MaxSendMsgSize.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRecvMsgSize), grpc.MaxSendMsgSize(MaxSendMsgSize)}
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxRecvMsgSize), grpc.MaxSendMsgSize(MaxSendMsgSize),
+		// A fixed pool of goroutines serves the calls (none started per
+		// call), and connections share their write buffers.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true),
+	}
 }
 
 // check is one descriptor of a request, resolved.
