@@ -63,20 +63,19 @@ func TestOurServerArgs(t *testing.T) {
 	if scripts[0].name != scriptOurs || strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("%s ARGV %q, redisstore.Args gives %q", scripts[0].name, got, want)
 	}
-	if got[0] != "" {
-		t.Errorf("ARGV[1] = %q, want \"\" (the server's TIME)", got[0])
+	if len(got) != 2 {
+		t.Errorf("ARGV %q, want two values (cost and policy) and no time: the server's TIME", got)
 	}
 
-	// The same ARGV with a fixed time in place of "": 1000 allowed, then denied.
+	// The same ARGV with a fixed time before them: 1000 allowed, then denied.
 	srv := testServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1})
 	defer c.Close()
 	ctx := context.Background()
-	args := make([]any, len(got))
-	for i, a := range got {
-		args[i] = a
+	args := []any{strconv.FormatInt(time.Now().UnixMicro(), 10)}
+	for _, a := range got {
+		args = append(args, a)
 	}
-	args[0] = strconv.FormatInt(time.Now().UnixMicro(), 10)
 	key := "args:" + randHex()
 	pipe := c.Pipeline()
 	cmds := make([]*redis.Cmd, 1001)
