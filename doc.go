@@ -56,10 +56,14 @@
 // # Policy changes
 //
 // A bucket records the policy that wrote it. When a check with another policy
-// meets it, as during a rolling deploy, the subject keeps the lesser of its
-// whole tokens and the new capacity, drops its sub-token remainder, and is
-// credited no refill for the time before the change, so old and new instances
-// taking turns can never mint tokens.
+// meets it, as during a rolling deploy, the time since the bucket's last check
+// is credited at the rate of the policy that wrote it, and the subject keeps
+// the lesser of those tokens and the new capacity (with the part of a token it
+// had, rounded down): each interval is credited once, at one policy's rate, so
+// old and new instances taking turns can never mint tokens, and a subject is
+// not starved while they alternate. Decision.Converted tells such a check.
+// Policies of the same capacity and the same rate in lowest terms are one
+// policy (Limit.Same).
 //
 // Limiter, TokenBucket and the stores in this module are safe for simultaneous
 // use by multiple goroutines.

@@ -85,8 +85,10 @@ func fullAfter(l ratelimit.Limit, remaining int64) time.Duration {
 		return 0
 	}
 	missing := max(l.Capacity-remaining, 0)
-	// Validate bounds capacity * period in µs by 2^52: no overflow.
-	us := (missing*l.RefillPeriod.Microseconds() + l.RefillTokens - 1) / l.RefillTokens
+	// In lowest terms Validate bounds capacity * period in µs by 2^53: no
+	// overflow.
+	lo := l.Lowest()
+	us := (missing*lo.RefillPeriod.Microseconds() + lo.RefillTokens - 1) / lo.RefillTokens
 	return time.Duration(us) * time.Microsecond
 }
 
@@ -96,9 +98,11 @@ func window(l ratelimit.Limit) int64 {
 	if l.Validate() != nil {
 		return 1
 	}
-	// Validate bounds capacity * period in µs by 2^52: no overflow.
-	us := l.Capacity * l.RefillPeriod.Microseconds()
-	us = (us + l.RefillTokens - 1) / l.RefillTokens
+	// In lowest terms Validate bounds capacity * period in µs by 2^53: no
+	// overflow.
+	lo := l.Lowest()
+	us := lo.Capacity * lo.RefillPeriod.Microseconds()
+	us = (us + lo.RefillTokens - 1) / lo.RefillTokens
 	return max(1, (us+999_999)/1_000_000)
 }
 

@@ -13,7 +13,7 @@
 --             as the bucket stores them (a string with no zero byte). Args builds it once per
 --             policy. The varints are read in floating point: 2^53 + 1 reads as 2^53.
 --
--- Stored value, a binary string (21 bytes for a typical policy):
+-- Stored value, a binary string (19 bytes for a typical policy):
 --   last (7 bytes, big-endian) { level (7 bytes, big-endian) c r p (varints) } per limit
 -- last is the time up to which the bucket is refilled (µs); a level counts in 1/p of a token
 -- (level/p whole tokens plus a remainder). Only a check that takes tokens writes; the key
