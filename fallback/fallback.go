@@ -543,14 +543,28 @@ func (s *Store) peekPrimary(ctx context.Context) error {
 // Share returns the limit each of n processes enforces during an outage so
 // that together they stay near l: capacity and refill tokens divided by n,
 // rounded down but at least 1, over the same refill period. Share(l, 1) is
-// l. The result is valid whenever l is.
+// l. The result is valid whenever l is: when the divided rate needs, in
+// lowest terms, a period too long for its capacity (a hundred million a day
+// shared by 3 is 11,111,111 every 28.8·10^9 µs), it is the same rate as the
+// refill tokens every n refill periods, exactly l's rate divided by n; and when n periods
+// pass 2^53 µs, one token of capacity refilled once a period.
 func Share(l ratelimit.Limit, n int64) ratelimit.Limit {
 	if n <= 1 {
 		return l
 	}
-	return ratelimit.Limit{
+	s := ratelimit.Limit{
 		Capacity:     max(1, l.Capacity/n),
 		RefillTokens: max(1, l.RefillTokens/n),
 		RefillPeriod: l.RefillPeriod,
 	}
+	if s.Validate() == nil || l.Validate() != nil {
+		return s
+	}
+	if p := l.RefillPeriod.Microseconds(); p <= ratelimit.MaxExact/n {
+		s.RefillTokens, s.RefillPeriod = l.RefillTokens, time.Duration(p*n)*time.Microsecond
+		if s.Validate() == nil {
+			return s
+		}
+	}
+	return ratelimit.Limit{Capacity: 1, RefillTokens: 1, RefillPeriod: l.RefillPeriod}
 }

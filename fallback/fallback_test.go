@@ -343,6 +343,11 @@ func TestShare(t *testing.T) {
 		{"capacity and refill divide", ratelimit.PerSecond(100), 4, ratelimit.PerSecond(25)},
 		{"they round down", ratelimit.NewLimit(10, time.Minute, 30), 4, ratelimit.NewLimit(2, time.Minute, 7)},
 		{"but never below 1", ratelimit.NewLimit(2, time.Hour, 3), 5, ratelimit.NewLimit(1, time.Hour, 1)},
+		// 33,333,333 a day is, in lowest terms, 11,111,111 every 28.8·10^9
+		// µs: too long a period for a capacity of 33,333,333. A hundred
+		// million every 3 days is the same rate, exactly.
+		{"a daily quota whose divided rate needs too long a period", ratelimit.PerDay(100_000_000), 3, ratelimit.NewLimit(100_000_000, 72*time.Hour, 33_333_333)},
+		{"a daily quota that divides", ratelimit.PerDay(1_000_000), 4, ratelimit.PerDay(250_000)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
