@@ -85,20 +85,25 @@ func (s *Store) serveAll(ctx context.Context, items []ratelimit.BatchItem, p *pa
 			if local[i].Request.Now.IsZero() {
 				local[i].Request.Now = s.clock()
 			}
-			for _, l := range local[i].Request.Limits {
-				if !it.Request.Peek && it.Request.Cost > l.Capacity {
-					// The share can never hold the cost: the request is
-					// denied as by empty shares, and nothing is taken.
-					for i := range items {
-						d, err := s.unchecked(items[i].Request, false)
-						if err != nil {
-							return err
-						}
+		}
+		for i, it := range items {
+			if _, denied, err := s.beyondShare(it.Request, local[i].Request); err != nil {
+				return err
+			} else if denied {
+				// One item can never pass under the share: the request is
+				// denied as by empty shares, and nothing is taken.
+				for j := range items {
+					d, denied, err := s.beyondShare(items[j].Request, local[j].Request)
+					if err == nil && !denied {
+						d, err = s.unchecked(local[j].Request, false)
 						d.Source = ratelimit.SourceLocal
-						items[i].Decision = d
 					}
-					return nil
+					if err != nil {
+						return err
+					}
+					items[j].Decision = d
 				}
+				return nil
 			}
 		}
 		if ctx.Err() != nil {
@@ -121,17 +126,4 @@ func (s *Store) serveAll(ctx context.Context, items []ratelimit.BatchItem, p *pa
 		return fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	}
 	return p.unavailable()
-}
-
-// shared returns r with each limit replaced by its fleet share.
-func (s *Store) shared(r ratelimit.Request) ratelimit.Request {
-	if s.share <= 1 {
-		return r
-	}
-	limits := make([]ratelimit.Limit, len(r.Limits))
-	for i, l := range r.Limits {
-		limits[i] = Share(l, s.share)
-	}
-	r.Limits = limits
-	return r
 }

@@ -485,30 +485,9 @@ func emptyState(limits []ratelimit.Limit, now int64) ratelimit.State {
 // applyLocal decides r against the local bucket at prefix+key, under the
 // share.
 func (s *Store) applyLocal(ctx context.Context, prefix, key string, r ratelimit.Request) (ratelimit.Decision, error) {
-	lr := r
-	if s.share > 1 {
-		lr.Limits = make([]ratelimit.Limit, len(r.Limits))
-		for i, l := range r.Limits {
-			lr.Limits[i] = Share(l, s.share)
-		}
-		if !r.Peek {
-			for _, l := range lr.Limits {
-				if r.Cost > l.Capacity {
-					// The share can never hold the cost: deny as an
-					// empty share would, take nothing, and ask the
-					// caller to wait for a full share.
-					pr := lr
-					pr.Peek = true
-					d, err := s.unchecked(pr, false)
-					if err != nil {
-						return ratelimit.Decision{}, err
-					}
-					d.RetryAfter = d.ResetAfter
-					d.Source = ratelimit.SourceLocal
-					return d, nil
-				}
-			}
-		}
+	lr := s.shared(r)
+	if d, denied, err := s.beyondShare(r, lr); denied || err != nil {
+		return d, err
 	}
 	if lr.Now.IsZero() {
 		lr.Now = s.clock()
@@ -538,6 +517,41 @@ func (s *Store) applyLocal(ctx context.Context, prefix, key string, r ratelimit.
 func (s *Store) peekPrimary(ctx context.Context) error {
 	_, err := s.primary.Apply(ctx, probeKey, ratelimit.Request{Limits: probeLimits, Peek: true})
 	return err
+}
+
+// shared returns r with each limit replaced by its fleet share.
+func (s *Store) shared(r ratelimit.Request) ratelimit.Request {
+	if s.share <= 1 {
+		return r
+	}
+	limits := make([]ratelimit.Limit, len(r.Limits))
+	for i, l := range r.Limits {
+		limits[i] = Share(l, s.share)
+	}
+	r.Limits = limits
+	return r
+}
+
+// beyondShare reports whether r costs more than lr, its shared form, can
+// ever hold; then d denies it as an empty share would, taking nothing and
+// asking the caller to wait for a full share.
+func (s *Store) beyondShare(r, lr ratelimit.Request) (d ratelimit.Decision, denied bool, err error) {
+	if s.share <= 1 || r.Peek {
+		return d, false, nil
+	}
+	for _, l := range lr.Limits {
+		if r.Cost > l.Capacity {
+			pr := lr
+			pr.Peek = true
+			if d, err = s.unchecked(pr, false); err != nil {
+				return d, true, err
+			}
+			d.RetryAfter = d.ResetAfter
+			d.Source = ratelimit.SourceLocal
+			return d, true, nil
+		}
+	}
+	return d, false, nil
 }
 
 // Share returns the limit each of n processes enforces during an outage so
