@@ -200,14 +200,7 @@ func (l *Limiter[K]) TryAcquire(ctx context.Context, subject K) (Decision, error
 // invalid cost or subject is an error wrapping ErrInvalidArgument, returned
 // before the store is called.
 func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (Decision, error) {
-	if l.split != nil && l.cache == nil && l.obs == nil && l.clock == nil && cost >= 1 && cost <= l.minCap {
-		// The common check, already valid: no key is built and nothing
-		// validated twice.
-		if enc := l.encode(subject); enc != "" {
-			return l.split.ApplySplit(ctx, l.prefix, enc, Request{Limits: l.limits, Cost: cost})
-		}
-	}
-	if l.split != nil && l.cache == nil && l.obs == nil {
+if l.split != nil && l.cache == nil && l.obs == nil {
 		// The store takes the key in two parts: no key is built.
 		var now time.Time
 		if l.clock != nil {
@@ -390,10 +383,8 @@ func (l *Limiter[K]) requestAt(subject K, cost int64, peek bool, now time.Time) 
 // without its prefix, and the request.
 func (l *Limiter[K]) subjectRequest(subject K, cost int64, peek bool, now time.Time) (string, Request, error) {
 	r := Request{Limits: l.limits, Cost: cost, Peek: peek}
-	if !peek {
-		if err := validateCost(l.limits, cost); err != nil {
-			return "", Request{}, err
-		}
+	if !peek && (cost < 1 || cost > l.minCap) {
+		return "", Request{}, validateCost(l.limits, cost)
 	}
 	enc := l.encode(subject)
 	if enc == "" {
