@@ -37,8 +37,8 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 		return nil
 	case 1:
 		// One key is one check, sent through the master's lanes with the
-		// others (Apply).
-		d, err := s.Apply(ctx, items[0].Key, items[0].Request)
+		// others.
+		d, err := s.check(ctx, items[0].Key, items[0].Request)
 		if err != nil {
 			return err
 		}
@@ -102,11 +102,11 @@ func (s *Store) evalAll(ctx context.Context, items []*ratelimit.BatchItem, dry b
 	args := timeArgs(items[0].Request, 1+2*len(items))
 	for i, it := range items {
 		keys[i] = it.Key
-		if dry {
-			args = appendDry(args, it.Request)
-		} else {
-			args = appendRequest(args, it.Request)
+		r := it.Request
+		if dry && !r.Peek {
+			r.Cost = -r.Cost // ask for it, take nothing
 		}
+		args = appendRequest(args, r)
 	}
 	res, err := s.eval(ctx, keys, args)
 	if err != nil {

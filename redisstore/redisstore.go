@@ -129,6 +129,12 @@ func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (rat
 	if err := r.Validate(); err != nil {
 		return ratelimit.Decision{}, err
 	}
+	return s.check(ctx, key, r)
+}
+
+// check sends a valid check: through the master's lanes, or on its own
+// without coalescing.
+func (s *Store) check(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
 	if s.coalesce {
 		return s.applyCoalesced(ctx, key, r)
 	}

@@ -57,18 +57,10 @@ func timeArgs(r ratelimit.Request, n int) []any {
 }
 
 // appendRequest appends one key's part of the script's ARGV for r: its cost
-// (-1 for a peek, which asks for one token and takes none) and its policy.
+// (-1 for a peek, which asks for one token and takes none; a negative cost
+// asks for that many and takes none) and its policy.
 func appendRequest(args []any, r ratelimit.Request) []any {
 	var cost any = r.Cost
-	if r.Peek {
-		cost = -1
-	}
-	return append(args, cost, policyArg(r.Limits))
-}
-
-// appendDry appends r's part of ARGV asking for its cost without taking it.
-func appendDry(args []any, r ratelimit.Request) []any {
-	var cost any = -r.Cost
 	if r.Peek {
 		cost = -1
 	}
