@@ -21,15 +21,10 @@ import (
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
-// Limiter is what the interceptors check calls with.
-// *ratelimit.Limiter[string] implements it, as it implements
-// httplimit.Limiter.
-type Limiter interface {
-	// TryAcquireN takes cost tokens for subject if its bucket holds them.
-	TryAcquireN(ctx context.Context, subject string, cost int64) (ratelimit.Decision, error)
-	// Limits returns the policy, for the ratelimit-policy metadata.
-	Limits() []ratelimit.Limit
-}
+// Limiter is what the interceptors check calls with: httplimit's, which
+// *ratelimit.Limiter[string] implements (TryAcquireN, and Limits for the
+// ratelimit-policy metadata).
+type Limiter = httplimit.Limiter
 
 // CostFunc returns the number of tokens a call costs. req is the request
 // message of a unary call, and nil for a stream, which is charged once, when

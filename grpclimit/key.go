@@ -65,19 +65,10 @@ func PeerIP(ctx context.Context, _ string) (string, error) {
 
 // TrustedProxies describes the proxies in front of a gRPC server (an Envoy, a
 // load balancer), so that the client's address can be read from the
-// metadata they add.
-type TrustedProxies struct {
-	// Prefixes lists the proxies' addresses; a single address is a /32 or
-	// /128 prefix. ParsePrefixes reads them from strings.
-	Prefixes []netip.Prefix
-	// Header names the metadata key the proxies append the client's address
-	// to, "x-forwarded-for" when empty (Envoy's). Keys are case-insensitive.
-	Header string
-	// IPv6Bits, when between 1 and 127, keys IPv6 clients by their prefix of
-	// that length (for example 64) rather than by the full address. 0 keys by
-	// the full address.
-	IPv6Bits int
-}
+// metadata they add: httplimit's TrustedProxies, with Header naming a
+// metadata key ("x-forwarded-for", Envoy's, when empty; keys are
+// case-insensitive).
+type TrustedProxies httplimit.TrustedProxies
 
 // PeerIP keys a call by the client's IP address. When the peer is not one of
 // p's proxies, that is the peer's address and no metadata is read, so a

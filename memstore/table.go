@@ -82,9 +82,6 @@ func (t *table[K]) drop(k K, i uint32) {
 	t.free = append(t.free, i)
 }
 
-// len returns the number of buckets.
-func (t *table[K]) len() int { return len(t.at) }
-
 // sweep visits at most n buckets, from a random place, calls gone with the
 // entry of each one that expired by the second upTo and drops it. It returns
 // what is left of n.

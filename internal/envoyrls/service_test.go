@@ -512,25 +512,7 @@ func TestReloadKeepsTheOldConfigOnError(t *testing.T) {
 // exactly its capacity (the clock is frozen, so nothing refills).
 func TestConcurrentRequestsAreExact(t *testing.T) {
 	f := serve(t, memstore.New(), e2eConfig, Headers{})
-	var allowed atomic.Int64
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for range 8 {
-				r, err := f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
-					Descriptors: []*rlv3.RateLimitDescriptor{desc("remote_address=crowd")}})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if r.OverallCode == ok {
-					allowed.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if got := allowed.Load(); got != 10 {
+	if got := concurrentOK(t, f, desc("remote_address=crowd")); got != 10 {
 		t.Errorf("128 concurrent requests on a 10/s bucket: %d allowed, want 10", got)
 	}
 }
@@ -556,25 +538,7 @@ func TestSequentialPath(t *testing.T) {
 
 func concurrentAllOrNothing(t *testing.T, store ratelimit.Store) {
 	f := serve(t, store, e2eConfig, Headers{})
-	var allowed atomic.Int64
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for range 8 {
-				r, err := f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
-					Descriptors: []*rlv3.RateLimitDescriptor{desc("to_number=race"), desc("remote_address=race")}})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if r.OverallCode == ok {
-					allowed.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if got := allowed.Load(); got != 10 {
+	if got := concurrentOK(t, f, desc("to_number=race"), desc("remote_address=race")); got != 10 {
 		t.Errorf("%d allowed, want 10", got)
 	}
 	wantStatus(t, "the roomy bucket, charged once per admission", f.ask(t, 0, desc("to_number=race")).Statuses[0], ok, 89, 100)
@@ -589,4 +553,28 @@ func TestLongValuesKeepTheirOwnBuckets(t *testing.T) {
 	}
 	wantStatus(t, "a spent", f.ask(t, 0, desc("remote_address="+a)).Statuses[0], over, 0, 10)
 	wantStatus(t, "b, its own bucket", f.ask(t, 0, desc("remote_address="+b)).Statuses[0], ok, 9, 10)
+}
+
+// concurrentOK sends 128 requests of descs in domain edge from 16 goroutines
+// at once and returns how many were answered OK.
+func concurrentOK(t *testing.T, f *fixture, descs ...*rlv3.RateLimitDescriptor) int64 {
+	t.Helper()
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 8 {
+				r, err := f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: descs})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.OverallCode == ok {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return allowed.Load()
 }
