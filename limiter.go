@@ -200,7 +200,7 @@ func (l *Limiter[K]) TryAcquire(ctx context.Context, subject K) (Decision, error
 // invalid cost or subject is an error wrapping ErrInvalidArgument, returned
 // before the store is called.
 func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (Decision, error) {
-if l.split != nil && l.cache == nil && l.obs == nil {
+	if l.split != nil && l.cache == nil && l.obs == nil {
 		// The store takes the key in two parts: no key is built.
 		var now time.Time
 		if l.clock != nil {
