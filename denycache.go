@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/exactlimit/ratelimit/internal/arith"
 )
 
 // CacheStats is a snapshot of a Limiter's denial cache (see WithDenyCache).
@@ -123,7 +125,7 @@ func (e *denyEntry) bound(cost int64) time.Time {
 	if cost >= e.cost {
 		return e.until
 	}
-	early := ceilDiv((e.cost-cost)*e.limit.periodMicros(), e.limit.RefillTokens)
+	early := arith.CeilDiv((e.cost-cost)*e.limit.periodMicros(), e.limit.RefillTokens)
 	return e.until.Add(-time.Duration(early) * time.Microsecond)
 }
 

@@ -36,12 +36,12 @@ func Example() {
 func ExampleLimiter_TryAcquireN() {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	// 100 per second sustained, bursting to 200.
-	limiter, _ := ratelimit.New[int64](memstore.New(), ratelimit.NewLimit(100, time.Second, 200),
+	limiter, _ := ratelimit.New[string](memstore.New(), ratelimit.NewLimit(100, time.Second, 200),
 		ratelimit.WithClock(func() time.Time { return now }))
 	ctx := context.Background()
-	d, _ := limiter.TryAcquireN(ctx, 7, 150) // a heavy request costs 150 tokens
+	d, _ := limiter.TryAcquireN(ctx, "client-7", 150) // a heavy request costs 150 tokens
 	fmt.Println(d.Allowed, d.Remaining, d.ResetAfter)
-	d, _ = limiter.TryAcquireN(ctx, 7, 100)
+	d, _ = limiter.TryAcquireN(ctx, "client-7", 100)
 	fmt.Println(d.Allowed, d.Remaining, d.RetryAfter)
 	// Output:
 	// true 50 1.5s
@@ -64,14 +64,4 @@ func ExampleNewMulti() {
 	// true 1 capacity 3, refill 3 per 1m
 	// true 0 capacity 3, refill 3 per 1m
 	// false 0 capacity 3, refill 3 per 1m
-}
-
-func ExampleTokenBucket() {
-	b, _ := ratelimit.NewTokenBucket(ratelimit.PerSecond(2))
-	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	fmt.Println(b.Allow(start), b.Allow(start), b.Allow(start))
-	fmt.Println(b.Allow(start.Add(500 * time.Millisecond)))
-	// Output:
-	// true true false
-	// true
 }

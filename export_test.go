@@ -3,3 +3,6 @@ package ratelimit
 // SetWaitJitter replaces the jitter source of l's Wait (a random number in
 // [0, n)), so that tests can predict every sleep.
 func SetWaitJitter[K any](l *Limiter[K], jitter func(n int64) int64) { l.jitter = jitter }
+
+// WithSleep sets how Wait and WaitN sleep between tries (a test hook).
+var WithSleep = withSleep

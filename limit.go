@@ -6,32 +6,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/exactlimit/ratelimit/internal/arith"
 )
 
 // ErrInvalidArgument is wrapped by every error that reports invalid input: a
 // policy, a cost, a subject or a time that the limiter cannot decide on. Such
 // errors are returned before any store is called.
 var ErrInvalidArgument = errors.New("ratelimit: invalid argument")
-
-// ErrCorruptState is wrapped by the error a store returns when the bucket it
-// holds for a key is malformed (a missing, non-numeric or out-of-range field).
-// A malformed bucket never grants tokens.
-var ErrCorruptState = errors.New("ratelimit: malformed bucket state")
-
-// MaxExact is the bound every quantity of the bucket arithmetic stays within,
-// 2^53, the range in which Redis's Lua numbers (IEEE doubles) are exact
-// integers: a policy's capacity, refill tokens and refill period in
-// microseconds, and its capacity times its refill period in lowest terms (see
-// Limit.Validate). Waits that could pass it (a wait plus a clock's catch-up)
-// are added in Go.
-const MaxExact = 1 << 53
-
-// MaxTime is the latest time the arithmetic accepts, in microseconds since
-// the Unix epoch: 2^52 µs, in the year 2112.
-const MaxTime = 1 << 52
-
-// MaxLimits is the largest number of Limits one policy may combine.
-const MaxLimits = 8
 
 // Limit is a token-bucket policy: a bucket holds up to Capacity tokens and
 // refills continuously at RefillTokens every RefillPeriod. Limit is a
@@ -126,38 +108,23 @@ func (l Limit) brokenRule() string {
 		return fmt.Sprintf("refill period must be at least 1µs (got %v)", l.RefillPeriod)
 	case l.RefillPeriod%time.Microsecond != 0:
 		return fmt.Sprintf("refill period must be a whole number of microseconds (got %v)", l.RefillPeriod)
-	case l.Capacity > MaxExact:
+	case l.Capacity > arith.MaxExact:
 		return fmt.Sprintf("capacity must be at most 2^53 (got %d)", l.Capacity)
-	case l.RefillTokens > MaxExact:
+	case l.RefillTokens > arith.MaxExact:
 		return fmt.Sprintf("refill tokens must be at most 2^53 (got %d)", l.RefillTokens)
-	case l.periodMicros() > MaxExact:
+	case l.periodMicros() > arith.MaxExact:
 		return fmt.Sprintf("refill period in µs must be at most 2^53 (got %d)", l.periodMicros())
 	}
-	if k := l.rate(); k.c > MaxExact/k.p {
-		return fmt.Sprintf("capacity * refill period in lowest terms must be at most 2^53 (got %d * %d µs, the period of %d per %dµs in lowest terms)", k.c, k.p, l.RefillTokens, l.periodMicros())
+	if k := l.rate(); k.C > arith.MaxExact/k.P {
+		return fmt.Sprintf("capacity * refill period in lowest terms must be at most 2^53 (got %d * %d µs, the period of %d per %dµs in lowest terms)", k.C, k.P, l.RefillTokens, l.periodMicros())
 	}
 	return ""
 }
 
-// rate is a Limit in lowest terms, the form the arithmetic works in: a bucket
-// of c tokens refilled r tokens every p µs, where r and p have no common
-// divisor. A bucket's level counts in units of 1/p of a token.
-type rate struct{ c, r, p int64 }
-
 // rate returns l in lowest terms. Two Limits of the same capacity and the
 // same rate have the same rate value and are the same policy to a bucket.
-func (l Limit) rate() rate {
-	r, p := l.RefillTokens, l.periodMicros()
-	g := gcd(r, p)
-	return rate{l.Capacity, r / g, p / g}
-}
-
-// Lowest returns l in lowest terms: the same capacity, and RefillTokens and
-// RefillPeriod (in µs) divided by their greatest common divisor. PerSecond(10)
-// in lowest terms is 10 tokens, refilled 1 every 100 ms. l must be valid.
-func (l Limit) Lowest() Limit {
-	k := l.rate()
-	return Limit{Capacity: k.c, RefillTokens: k.r, RefillPeriod: time.Duration(k.p) * time.Microsecond}
+func (l Limit) rate() arith.Rate {
+	return arith.Lowest(l.Capacity, l.RefillTokens, l.periodMicros())
 }
 
 // Same reports whether l and m are the same policy: the same capacity, and the
@@ -165,22 +132,14 @@ func (l Limit) Lowest() Limit {
 // ms). A bucket written by one is the bucket of the other, with no carry-over.
 func (l Limit) Same(m Limit) bool { return l.rate() == m.rate() }
 
-// gcd returns the greatest common divisor of a and b, both at least 1.
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
-}
-
 // validateLimits checks a policy of one or more limits. With several, the
 // error says which one broke a rule ("limit 1: ...").
 func validateLimits(limits []Limit) error {
 	if len(limits) == 0 {
 		return invalid("a policy needs at least one limit")
 	}
-	if len(limits) > MaxLimits {
-		return invalid("a policy may combine at most %d limits (got %d)", MaxLimits, len(limits))
+	if len(limits) > arith.MaxLimits {
+		return invalid("a policy may combine at most %d limits (got %d)", arith.MaxLimits, len(limits))
 	}
 	for i, l := range limits {
 		if rule := l.brokenRule(); rule != "" {

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"errors"
+	"github.com/exactlimit/ratelimit/internal/arith"
 	"strings"
 	"testing"
 	"time"
@@ -97,14 +98,14 @@ func TestRequestValidate(t *testing.T) {
 		rule string
 	}{
 		{"no limits", Request{Cost: 1}, "a policy needs at least one limit"},
-		{"too many limits", Request{Limits: make([]Limit, MaxLimits+1), Cost: 1}, "at most 8 limits"},
+		{"too many limits", Request{Limits: make([]Limit, arith.MaxLimits+1), Cost: 1}, "at most 8 limits"},
 		{"cost zero", Request{Limits: ok, Cost: 0}, "cost must be at least 1"},
 		{"cost negative", Request{Limits: ok, Cost: -3}, "cost must be at least 1"},
 		{"cost above capacity", Request{Limits: ok, Cost: 11}, "cost must not exceed capacity"},
 		{"cost above the smaller capacity", Request{Limits: []Limit{PerSecond(10), PerSecond(5)}, Cost: 6}, "cost must not exceed capacity"},
 		{"second limit invalid", Request{Limits: []Limit{PerSecond(10), {}}, Cost: 1}, "limit 1: capacity must be at least 1"},
 		{"time before the epoch", Request{Limits: ok, Cost: 1, Now: time.Unix(-1, 0)}, "time must be between the Unix epoch and 2^52 µs after it"},
-		{"time too late", Request{Limits: ok, Cost: 1, Now: time.UnixMicro(MaxTime + 1)}, "time must be between the Unix epoch and 2^52 µs after it"},
+		{"time too late", Request{Limits: ok, Cost: 1, Now: time.UnixMicro(arith.MaxTime + 1)}, "time must be between the Unix epoch and 2^52 µs after it"},
 	}
 	for _, tt := range tests {
 		err := tt.r.Validate()
@@ -115,7 +116,7 @@ func TestRequestValidate(t *testing.T) {
 	for _, r := range []Request{
 		{Limits: ok, Cost: 10},
 		{Limits: ok, Peek: true},
-		{Limits: ok, Cost: 1, Now: time.UnixMicro(MaxTime)},
+		{Limits: ok, Cost: 1, Now: time.UnixMicro(arith.MaxTime)},
 		{Limits: ok, Cost: 1, Now: time.Unix(0, 0)},
 	} {
 		if err := r.Validate(); err != nil {

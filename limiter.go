@@ -3,14 +3,16 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"reflect"
-	"strconv"
 	"time"
-	"unsafe"
+
+	"github.com/exactlimit/ratelimit/internal/arith"
+	"github.com/exactlimit/ratelimit/internal/clock"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
 )
 
-// DefaultNamespace is the namespace of a Limiter built without WithNamespace.
-const DefaultNamespace = "ratelimit"
+// defaultNamespace is the namespace of a Limiter built without
+// WithNamespace, and of the ratelimit command's service.
+const defaultNamespace = "default"
 
 // Limiter binds a policy, a namespace and a subject type to a Store. Each
 // check decides and consumes atomically in the store; with redisstore that is
@@ -24,11 +26,19 @@ type Limiter[K any] struct {
 	prefix string
 	encode func(K) string
 	clock  func() time.Time
-	split  SplitKeyStore                              // store, when it takes keys in two parts
+	split  splitStore                                 // store, when it takes keys in two parts
 	cache  *denyCache                                 // nil without WithDenyCache
 	obs    Observer                                   // nil without WithObserver
-	sleep  func(context.Context, time.Duration) error // Wait's sleep (WithSleep)
+	sleep  func(context.Context, time.Duration) error // Wait's sleep
 	jitter func(n int64) int64                        // Wait's jitter, in [0, n)
+}
+
+// splitStore is a Store that takes a key in two parts, prefix and subject,
+// sparing the Limiter the allocation of joining them; it decides exactly as
+// Apply(ctx, prefix+subject, r) would. memstore has it, and fallback passes
+// it through.
+type splitStore interface {
+	ApplySplit(ctx context.Context, prefix, subject string, r Request) (Decision, error)
 }
 
 // Option configures a Limiter.
@@ -37,7 +47,6 @@ type Option func(*options)
 type options struct {
 	namespace string
 	clock     func() time.Time
-	codec     any
 	denyCache int
 	observer  Observer
 	sleep     func(context.Context, time.Duration) error
@@ -45,7 +54,8 @@ type options struct {
 }
 
 // WithNamespace sets the namespace that prefixes every key (default
-// "ratelimit"). Give each policy that is active at the same time its own
+// "default", the ratelimit command's default too, so a Limiter and the
+// service share buckets unless told otherwise). Give each policy that is active at the same time its own
 // namespace.
 func WithNamespace(ns string) Option { return func(o *options) { o.namespace = ns } }
 
@@ -64,13 +74,6 @@ func WithNamespace(ns string) Option { return func(o *options) { o.namespace = n
 // freezes or slows the injected clock against Redis must not also let real
 // time pass beyond the buckets' ResetAfter.
 func WithClock(clock func() time.Time) Option { return func(o *options) { o.clock = clock } }
-
-// WithKeyCodec sets the function that encodes a subject into the key suffix.
-// Subjects of type string, []byte and the integer kinds need none; any other
-// subject type must have one, and K must be the Limiter's subject type.
-func WithKeyCodec[K any](encode func(K) string) Option {
-	return func(o *options) { o.codec = encode }
-}
 
 // WithDenyCache keeps, in this process, the latest denial of up to size
 // subjects (the least recently used go first: an LRU, sharded above 128
@@ -111,39 +114,63 @@ func WithDenyCache(size int) Option {
 	}
 }
 
-// WithObserver makes the limiter tell o about every decision and every
-// error, synchronously, on the checking goroutine (see Observer). Use
-// Observers to attach several. o must not be nil.
-func WithObserver(o Observer) Option {
+// WithObserver makes the limiter tell each of obs, in turn, about every
+// decision and every error, synchronously, on the checking goroutine (see
+// Observer): metrics and a logger, say. Several WithObserver options add up.
+// No observer may be nil.
+func WithObserver(obs ...Observer) Option {
 	return func(opts *options) {
-		if o == nil {
-			opts.errs = append(opts.errs, invalid("observer must not be nil"))
-			return
+		for _, o := range obs {
+			if o == nil {
+				opts.errs = append(opts.errs, invalid("observer must not be nil"))
+				return
+			}
+			if opts.observer == nil {
+				opts.observer = o
+				continue
+			}
+			m, _ := opts.observer.(multiObserver)
+			if m == nil {
+				m = multiObserver{opts.observer}
+			}
+			opts.observer = append(m, o)
 		}
-		opts.observer = o
 	}
 }
 
-// New returns a Limiter that enforces limit on subjects of type K through
-// store. It checks its arguments and does no I/O. The error wraps
-// ErrInvalidArgument.
-func New[K any](store Store, limit Limit, opts ...Option) (*Limiter[K], error) {
-	return NewMulti[K](store, []Limit{limit}, opts...)
+// New returns a Limiter that enforces limit on subjects of type K, a string
+// type (string, or one of your own such as type UserID string): a subject's
+// key is its namespace and the subject itself. It checks its arguments and
+// does no I/O. The error wraps ErrInvalidArgument.
+func New[K ~string](store Store, limit Limit, opts ...Option) (*Limiter[K], error) {
+	return NewEncoded(store, encodeString[K], []Limit{limit}, opts...)
 }
 
 // NewMulti returns a Limiter whose policy combines several limits, decided as
 // one: a check is admitted only when every limit holds the cost, and then
 // takes it from all of them; a denial takes from none. "5 per minute and 100
-// per day" is NewMulti(store, []Limit{PerMinute(5), NewLimit(100, 24*time.Hour, 100)}). The
+// per day" is NewMulti(store, []Limit{PerMinute(5), PerDay(100)}). The
 // bucket is still one key and one atomic step per check.
-func NewMulti[K any](store Store, limits []Limit, opts ...Option) (*Limiter[K], error) {
+func NewMulti[K ~string](store Store, limits []Limit, opts ...Option) (*Limiter[K], error) {
+	return NewEncoded(store, encodeString[K], limits, opts...)
+}
+
+// NewEncoded returns a Limiter of limits on subjects of any type K, whose
+// keys are encode(subject): strconv.FormatInt for an integer ID, say, or a
+// struct's fields joined. Two subjects share a bucket exactly when they
+// encode to the same string, and a subject that encodes to "" is refused.
+// encode must be quick, and safe for simultaneous use.
+func NewEncoded[K any](store Store, encode func(K) string, limits []Limit, opts ...Option) (*Limiter[K], error) {
 	if store == nil {
 		return nil, invalid("store must not be nil")
+	}
+	if encode == nil {
+		return nil, invalid("encode must not be nil")
 	}
 	if err := validateLimits(limits); err != nil {
 		return nil, err
 	}
-	o := options{namespace: DefaultNamespace, clock: nil, sleep: Sleep}
+	o := options{namespace: defaultNamespace, sleep: clock.Sleep}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -157,7 +184,8 @@ func NewMulti[K any](store Store, limits []Limit, opts ...Option) (*Limiter[K], 
 		store:  store,
 		limits: append([]Limit(nil), limits...),
 		ns:     o.namespace,
-		prefix: strconv.Itoa(len(o.namespace)) + ":" + o.namespace + ":",
+		prefix: keyfmt.Prefix(o.namespace),
+		encode: encode,
 		clock:  o.clock,
 		obs:    o.observer,
 		sleep:  o.sleep,
@@ -167,27 +195,15 @@ func NewMulti[K any](store Store, limits []Limit, opts ...Option) (*Limiter[K], 
 	for _, lim := range limits {
 		l.minCap = min(l.minCap, lim.Capacity)
 	}
-	l.split, _ = store.(SplitKeyStore)
+	l.split, _ = store.(splitStore)
 	if o.denyCache > 0 {
 		l.cache = newDenyCache(o.denyCache)
 	}
-	switch c := o.codec.(type) {
-	case nil:
-		enc, ok := builtinCodec[K]()
-		if !ok {
-			return nil, invalid("subject type %s needs WithKeyCodec", reflect.TypeFor[K]())
-		}
-		l.encode = enc
-	case func(K) string:
-		if c == nil {
-			return nil, invalid("key codec must not be nil")
-		}
-		l.encode = c
-	default:
-		return nil, invalid("key codec is a %T, want func(%s) string", c, reflect.TypeFor[K]())
-	}
 	return l, nil
 }
+
+// encodeString is the key of a subject of a string type: the subject.
+func encodeString[K ~string](k K) string { return string(k) }
 
 // TryAcquire takes one token for subject if its bucket holds one. It never
 // waits: a denied Decision says how long to wait before trying again.
@@ -214,7 +230,7 @@ func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (De
 	}
 	key, r, err := l.Request(subject, cost)
 	if err != nil {
-		l.failed(ctx, l.errKey(subject), OpAcquire, cost, err, time.Time{})
+		l.failed(ctx, l.errKey(subject), opAcquire, cost, err, time.Time{})
 		return Decision{}, err
 	}
 	return l.apply(ctx, key, r)
@@ -229,7 +245,7 @@ func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (De
 func (l *Limiter[K]) Peek(ctx context.Context, subject K) (Decision, error) {
 	key, r, err := l.request(subject, 1, true)
 	if err != nil {
-		l.failed(ctx, l.errKey(subject), OpPeek, 1, err, time.Time{})
+		l.failed(ctx, l.errKey(subject), opPeek, 1, err, time.Time{})
 		return Decision{}, err
 	}
 	return l.apply(ctx, key, r)
@@ -242,7 +258,7 @@ func (l *Limiter[K]) Reset(ctx context.Context, subject K) error {
 	enc := l.encode(subject)
 	if enc == "" {
 		err := invalid("subject must not be empty")
-		l.failed(ctx, "", OpReset, 0, err, time.Time{})
+		l.failed(ctx, "", opReset, 0, err, time.Time{})
 		return err
 	}
 	key := l.prefix + enc
@@ -255,7 +271,7 @@ func (l *Limiter[K]) Reset(ctx context.Context, subject K) error {
 		l.cache.forget(key)
 	}
 	if err != nil {
-		l.failed(ctx, key, OpReset, 0, err, start)
+		l.failed(ctx, key, opReset, 0, err, start)
 	}
 	return err
 }
@@ -275,9 +291,9 @@ func (l *Limiter[K]) apply(ctx context.Context, key string, r Request) (Decision
 	if r.Peek {
 		cost = 1
 	}
-	op := OpAcquire
+	op := opAcquire
 	if r.Peek {
-		op = OpPeek
+		op = opPeek
 	}
 	var present bool
 	var resets uint64
@@ -328,7 +344,7 @@ func (l *Limiter[K]) errKey(subject K) string {
 
 // failed tells the observer about an error. A zero start (an argument
 // refused before any work) reports no latency.
-func (l *Limiter[K]) failed(ctx context.Context, key string, op Op, cost int64, err error, start time.Time) {
+func (l *Limiter[K]) failed(ctx context.Context, key string, op string, cost int64, err error, start time.Time) {
 	if l.obs == nil {
 		return
 	}
@@ -392,8 +408,8 @@ func (l *Limiter[K]) subjectRequest(subject K, cost int64, peek bool, now time.T
 	}
 	if l.clock != nil {
 		r.Now = now
-		if _, err := Micros(r.Now); err != nil {
-			return "", Request{}, err
+		if _, rule := arith.Micros(r.Now); rule != "" {
+			return "", Request{}, invalid("%s", rule)
 		}
 	}
 	return enc, r, nil
@@ -409,40 +425,3 @@ func (l *Limiter[K]) Namespace() string { return l.ns }
 
 // Store returns the store the limiter decides through.
 func (l *Limiter[K]) Store() Store { return l.store }
-
-// builtinCodec returns the encoder of the subject types that need no codec:
-// those whose kind is string, []byte or an integer, named or not.
-func builtinCodec[K any]() (func(K) string, bool) {
-	t := reflect.TypeFor[K]()
-	switch t.Kind() {
-	case reflect.String:
-		return func(k K) string { return *(*string)(unsafe.Pointer(&k)) }, true
-	case reflect.Slice:
-		if t.Elem().Kind() == reflect.Uint8 {
-			return func(k K) string { return string(*(*[]byte)(unsafe.Pointer(&k))) }, true
-		}
-	case reflect.Int:
-		return func(k K) string { return strconv.FormatInt(int64(*(*int)(unsafe.Pointer(&k))), 10) }, true
-	case reflect.Int8:
-		return func(k K) string { return strconv.FormatInt(int64(*(*int8)(unsafe.Pointer(&k))), 10) }, true
-	case reflect.Int16:
-		return func(k K) string { return strconv.FormatInt(int64(*(*int16)(unsafe.Pointer(&k))), 10) }, true
-	case reflect.Int32:
-		return func(k K) string { return strconv.FormatInt(int64(*(*int32)(unsafe.Pointer(&k))), 10) }, true
-	case reflect.Int64:
-		return func(k K) string { return strconv.FormatInt(*(*int64)(unsafe.Pointer(&k)), 10) }, true
-	case reflect.Uint:
-		return func(k K) string { return strconv.FormatUint(uint64(*(*uint)(unsafe.Pointer(&k))), 10) }, true
-	case reflect.Uint8:
-		return func(k K) string { return strconv.FormatUint(uint64(*(*uint8)(unsafe.Pointer(&k))), 10) }, true
-	case reflect.Uint16:
-		return func(k K) string { return strconv.FormatUint(uint64(*(*uint16)(unsafe.Pointer(&k))), 10) }, true
-	case reflect.Uint32:
-		return func(k K) string { return strconv.FormatUint(uint64(*(*uint32)(unsafe.Pointer(&k))), 10) }, true
-	case reflect.Uint64:
-		return func(k K) string { return strconv.FormatUint(*(*uint64)(unsafe.Pointer(&k)), 10) }, true
-	case reflect.Uintptr:
-		return func(k K) string { return strconv.FormatUint(uint64(*(*uintptr)(unsafe.Pointer(&k))), 10) }, true
-	}
-	return nil, false
-}

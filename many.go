@@ -68,7 +68,7 @@ func (l *Limiter[K]) TryAcquireMany(ctx context.Context, items []Item[K]) []Resu
 		key, r, err := l.requestAt(it.Subject, it.Cost, false, now)
 		if err != nil {
 			res[i].Err = err
-			l.failed(ctx, l.errKey(it.Subject), OpAcquire, it.Cost, err, time.Time{})
+			l.failed(ctx, l.errKey(it.Subject), opAcquire, it.Cost, err, time.Time{})
 			continue
 		}
 		if l.cache != nil {
@@ -102,7 +102,7 @@ func (l *Limiter[K]) TryAcquireMany(ctx context.Context, items []Item[K]) []Resu
 		i := index[j]
 		if b.Err != nil {
 			res[i].Err = b.Err
-			l.failed(ctx, b.Key, OpAcquire, b.Request.Cost, b.Err, start)
+			l.failed(ctx, b.Key, opAcquire, b.Request.Cost, b.Err, start)
 			continue
 		}
 		res[i].Decision = b.Decision

@@ -6,9 +6,10 @@ import (
 )
 
 // Observer is told what a Limiter does, for metrics, logs and traces: every
-// decision, every check or reset that could not be decided, and, through
-// FallbackObserver, every change of a fallback store's state. WithObserver
-// attaches one to a Limiter; package promobserver adapts it to Prometheus.
+// decision and every check or reset that could not be decided. WithObserver
+// attaches one to a Limiter; packages promobserver and otelobserver adapt it
+// to Prometheus and OpenTelemetry. (A fallback store's own changes of state
+// reach fallback.WithObserver, not the Limiter.)
 //
 // The Limiter calls it synchronously, on the goroutine of the check, after
 // the decision is made and before it is returned, with the check's context
@@ -25,18 +26,6 @@ type Observer interface {
 	// error: an invalid argument, an unreachable or failing store, a
 	// corrupt bucket, or the caller's cancelled context.
 	ObserveError(context.Context, ErrorEvent)
-	FallbackObserver
-}
-
-// FallbackObserver is the part of an Observer that a Store wrapping another,
-// such as package fallback, tells about its own state: the primary marked
-// down or alive again. It is separate so that such a store can accept it
-// without needing the rest.
-type FallbackObserver interface {
-	// ObserveFallback is called once per change of state, by the goroutine
-	// that made the change, with the context of the call or probe that
-	// made it (context.Background() when there is none).
-	ObserveFallback(context.Context, FallbackEvent)
 }
 
 // DecisionEvent describes one decided check.
@@ -59,31 +48,6 @@ type DecisionEvent struct {
 	Latency time.Duration
 }
 
-// Op names the limiter operation an ErrorEvent reports on.
-type Op uint8
-
-const (
-	// OpAcquire is a TryAcquire, TryAcquireN or an item of TryAcquireMany.
-	OpAcquire Op = iota
-	// OpPeek is a Peek.
-	OpPeek
-	// OpReset is a Reset.
-	OpReset
-)
-
-// String returns the operation's name: "acquire", "peek" or "reset".
-func (o Op) String() string {
-	switch o {
-	case OpAcquire:
-		return "acquire"
-	case OpPeek:
-		return "peek"
-	case OpReset:
-		return "reset"
-	}
-	return "unknown"
-}
-
 // ErrorEvent describes a check or reset that returned an error instead of a
 // decision.
 type ErrorEvent struct {
@@ -93,36 +57,19 @@ type ErrorEvent struct {
 	// its cost or its time; it is "" only when the subject itself was
 	// invalid (it encoded to an empty string).
 	Key string
-	// Op is the operation that failed.
-	Op Op
+	// Op is the operation that failed: "acquire" (TryAcquire, TryAcquireN,
+	// an item of TryAcquireMany, Wait), "peek" or "reset".
+	Op string
 	// Cost is the number of tokens asked for (1 for a Peek, 0 for a
 	// Reset).
 	Cost int64
 	// Err is the error returned to the caller. errors.Is tells its kind:
 	// ErrInvalidArgument (reported before any store is called),
-	// ErrCorruptState, context.Canceled, or a store that failed.
+	// tokenbucket.ErrCorruptState, context.Canceled, or a store that
+	// failed.
 	Err error
 	// Latency is the time the operation took, as in DecisionEvent.
 	Latency time.Duration
-}
-
-// FallbackEvent describes a change of state of a store that stands in for
-// another while it cannot be reached (package fallback).
-type FallbackEvent struct {
-	// Partition names the part of the primary that changed state (for
-	// example a Redis Cluster master's address), or "" when the store
-	// keeps one state for the whole primary.
-	Partition string
-	// Alive reports the new state: true when checks go to the primary
-	// again, false when it was marked down.
-	Alive bool
-	// Outage is the behaviour that answers checks while the primary is
-	// down.
-	Outage Outage
-	// Cause is the error that marked the primary down; nil when Alive.
-	Cause error
-	// At is the time of the change on the store's clock.
-	At time.Time
 }
 
 // ObserverFuncs is an Observer made of functions, for observing only some
@@ -132,8 +79,6 @@ type ObserverFuncs struct {
 	Decision func(context.Context, DecisionEvent)
 	// Error receives every ErrorEvent.
 	Error func(context.Context, ErrorEvent)
-	// Fallback receives every FallbackEvent.
-	Fallback func(context.Context, FallbackEvent)
 }
 
 // ObserveDecision calls f.Decision, if set.
@@ -150,25 +95,7 @@ func (f ObserverFuncs) ObserveError(ctx context.Context, e ErrorEvent) {
 	}
 }
 
-// ObserveFallback calls f.Fallback, if set.
-func (f ObserverFuncs) ObserveFallback(ctx context.Context, e FallbackEvent) {
-	if f.Fallback != nil {
-		f.Fallback(ctx, e)
-	}
-}
-
-// Observers returns an Observer that passes every event to each of obs in
-// turn, for example to Prometheus and to a logger. Nil entries are skipped.
-func Observers(obs ...Observer) Observer {
-	var m multiObserver
-	for _, o := range obs {
-		if o != nil {
-			m = append(m, o)
-		}
-	}
-	return m
-}
-
+// multiObserver passes every event to each of its observers in turn.
 type multiObserver []Observer
 
 func (m multiObserver) ObserveDecision(ctx context.Context, e DecisionEvent) {
@@ -183,8 +110,9 @@ func (m multiObserver) ObserveError(ctx context.Context, e ErrorEvent) {
 	}
 }
 
-func (m multiObserver) ObserveFallback(ctx context.Context, e FallbackEvent) {
-	for _, o := range m {
-		o.ObserveFallback(ctx, e)
-	}
-}
+// The operations an ErrorEvent names.
+const (
+	opAcquire = "acquire"
+	opPeek    = "peek"
+	opReset   = "reset"
+)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/memstore"
 )
@@ -43,7 +44,7 @@ func (e *events) ObserveError(_ context.Context, ev ratelimit.ErrorEvent) {
 	e.add("error ns=%s key=%s op=%v cost=%d kind=%s", ev.Namespace, ev.Key, ev.Op, ev.Cost, kind)
 }
 
-func (e *events) ObserveFallback(_ context.Context, ev ratelimit.FallbackEvent) {
+func (e *events) ObserveFallback(_ context.Context, ev fallback.Event) {
 	e.add("fallback partition=%s alive=%v outage=%v", ev.Partition, ev.Alive, ev.Outage)
 }
 
@@ -162,38 +163,32 @@ func lines(l []string) string {
 	return s
 }
 
-func TestObservers(t *testing.T) {
+func TestSeveralObservers(t *testing.T) {
 	a, b := &events{}, &events{}
-	var decisions, fallbacks int
-	funcs := ratelimit.ObserverFuncs{
-		Decision: func(context.Context, ratelimit.DecisionEvent) { decisions++ },
-		Fallback: func(context.Context, ratelimit.FallbackEvent) { fallbacks++ },
+	var decisions int
+	funcs := ratelimit.ObserverFuncs{Decision: func(context.Context, ratelimit.DecisionEvent) { decisions++ }}
+	l, err := ratelimit.New[string](memstore.New(), ratelimit.PerMinute(1), ratelimit.WithNamespace("n"),
+		ratelimit.WithObserver(a, b), ratelimit.WithObserver(funcs))
+	if err != nil {
+		t.Fatal(err)
 	}
-	o := ratelimit.Observers(a, nil, b, funcs)
 	ctx := context.Background()
-	o.ObserveDecision(ctx, ratelimit.DecisionEvent{Namespace: "n", Cost: 1})
-	o.ObserveError(ctx, ratelimit.ErrorEvent{Namespace: "n", Err: errors.New("x")}) // funcs has no Error: ignored
-	o.ObserveFallback(ctx, ratelimit.FallbackEvent{Partition: "p", Outage: ratelimit.LocalFallback})
-	want := "[decision ns=n key= cost=1 peek=false allowed=false source=store error ns=n key= op=acquire cost=0 kind=store fallback partition=p alive=false outage=local-fallback]"
+	l.TryAcquire(ctx, "s")
+	l.TryAcquire(ctx, "") // an error: funcs has no Error, so it is ignored there
+	want := "[decision ns=n key=1:n:s cost=1 peek=false allowed=true source=store error ns=n key= op=acquire cost=1 kind=invalid]"
 	for i, e := range []*events{a, b} {
 		if got := fmt.Sprint(e.take()); got != want {
 			t.Errorf("observer %d got %s, want %s", i, got, want)
 		}
 	}
-	if decisions != 1 || fallbacks != 1 {
-		t.Errorf("ObserverFuncs saw %d decisions and %d fallback events, want 1 and 1", decisions, fallbacks)
+	if decisions != 1 {
+		t.Errorf("ObserverFuncs saw %d decisions, want 1", decisions)
 	}
 	var empty ratelimit.ObserverFuncs
 	empty.ObserveDecision(ctx, ratelimit.DecisionEvent{})
 	empty.ObserveError(ctx, ratelimit.ErrorEvent{})
-	empty.ObserveFallback(ctx, ratelimit.FallbackEvent{})
-}
-
-func TestOpString(t *testing.T) {
-	for op, want := range map[ratelimit.Op]string{ratelimit.OpAcquire: "acquire", ratelimit.OpPeek: "peek", ratelimit.OpReset: "reset", 9: "unknown"} {
-		if got := op.String(); got != want {
-			t.Errorf("Op(%d).String() = %q, want %q", op, got, want)
-		}
+	if _, err := ratelimit.New[string](memstore.New(), ratelimit.PerMinute(1), ratelimit.WithObserver(a, nil)); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+		t.Errorf("a nil observer: err = %v, want ErrInvalidArgument", err)
 	}
 }
 

@@ -330,7 +330,7 @@ func BenchmarkTryAcquireManyRedis(b *testing.B) {
 				name = deploy.name + "/TryAcquireMany"
 			}
 			b.Run(name, func(b *testing.B) {
-				l, _ := ratelimit.New[int](redisstore.New(deploy.client), ratelimit.PerSecond(1e9),
+				l, _ := ratelimit.NewEncoded(redisstore.New(deploy.client), strconv.Itoa, []ratelimit.Limit{ratelimit.PerSecond(1e9)},
 					ratelimit.WithNamespace(fmt.Sprint("many-", runs.Add(1))))
 				ctx := context.Background()
 				items := make([]ratelimit.Item[int], batch)

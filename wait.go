@@ -11,12 +11,12 @@ import (
 // reports no wait (a store that rounds it away) cannot make it spin.
 const minWait = time.Millisecond
 
-// WithSleep sets how Wait and WaitN sleep between tries: sleep must return
+// withSleep sets how Wait and WaitN sleep between tries: sleep must return
 // after d, or earlier with ctx's error when ctx ends first. The default is a
 // timer that does exactly that. A test that injects WithClock injects a sleep
 // that advances the same clock by d, and its waits then take no real time.
 // sleep must not be nil.
-func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
+func withSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
 	return func(o *options) {
 		if sleep == nil {
 			o.errs = append(o.errs, invalid("sleep must not be nil"))
@@ -58,7 +58,7 @@ func (l *Limiter[K]) Wait(ctx context.Context, subject K) (Decision, error) {
 // redisstore, one script call), and waiters are not served in the order they
 // started, in this process or across the fleet. A waiter for a large cost can
 // wait indefinitely behind a stream of small ones. Sleeping is done with the
-// function of WithSleep.
+// function of withSleep.
 func (l *Limiter[K]) WaitN(ctx context.Context, subject K, cost int64) (Decision, error) {
 	for {
 		if err := ctx.Err(); err != nil {
@@ -79,19 +79,6 @@ func (l *Limiter[K]) WaitN(ctx context.Context, subject K, cost int64) (Decision
 		if err := l.sleep(ctx, wait); err != nil {
 			return Decision{}, err
 		}
-	}
-}
-
-// Sleep waits for d, or until ctx ends, and then returns ctx's error: the
-// sleep of Wait unless WithSleep sets another.
-func Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/memstore"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 	limiter "github.com/sethvargo/go-limiter"
 	"github.com/sethvargo/go-limiter/memorystore"
 	"golang.org/x/time/rate"
@@ -42,13 +43,13 @@ func localContenders() []localContender {
 				return newOursLocal(memstore.New(memstore.WithClock(frozenClock)), env{policy: p})
 			}},
 		{name: "ours: TokenBucket map",
-			note: "map[string]*ratelimit.TokenBucket behind a mutex, like the x/time/rate map",
+			note: "map[string]*tokenbucket.Bucket behind a mutex, like the x/time/rate map",
 			build: func(p policy) (Checker, error) {
 				l := lim(p)
 				if err := l.Validate(); err != nil {
 					return nil, err
 				}
-				return &bucketMap{limit: l, m: make(map[string]*ratelimit.TokenBucket)}, nil
+				return &bucketMap{limit: l, m: make(map[string]*tokenbucket.Bucket)}, nil
 			}},
 		{name: "x/time/rate map",
 			note: "map[string]*rate.Limiter behind a mutex (golang.org/x/time/rate v0.16.0)",
@@ -75,14 +76,14 @@ func localContenders() []localContender {
 type bucketMap struct {
 	limit ratelimit.Limit
 	mu    sync.Mutex
-	m     map[string]*ratelimit.TokenBucket
+	m     map[string]*tokenbucket.Bucket
 }
 
 func (b *bucketMap) Check(_ context.Context, subject string, cost int64) (bool, error) {
 	b.mu.Lock()
 	tb := b.m[subject]
 	if tb == nil {
-		tb, _ = ratelimit.NewTokenBucket(b.limit)
+		tb, _ = tokenbucket.New(b.limit)
 		b.m[subject] = tb
 	}
 	b.mu.Unlock()

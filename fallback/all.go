@@ -6,30 +6,31 @@ import (
 	"fmt"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
-var _ ratelimit.AtomicStore = (*Store)(nil)
+var _ ratelimit.BatchStore = (*Store)(nil)
 
-// ApplyAll decides items as one, all or nothing (see ratelimit.AtomicStore),
+// ApplyAll decides items as one, all or nothing (see ratelimit.BatchStore),
 // through the primary while every item's partition is alive, and with the
 // outage behaviour otherwise: LocalFallback decides them as one on the local
 // buckets (under the fleet share), FailOpen admits them all, FailClosed
 // denies them all, and ReturnError returns an error wrapping ErrUnavailable.
 // A primary call that fails with an unreachable error marks the first item's
-// partition down. The primary must be a ratelimit.AtomicStore (memstore and
+// partition down. The primary must be a ratelimit.BatchStore (memstore and
 // redisstore are); otherwise ApplyAll returns an error wrapping
 // errors.ErrUnsupported and decides nothing.
 func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error {
 	for i := range items {
 		items[i].Decision, items[i].Err = ratelimit.Decision{}, nil
 	}
-	if err := ratelimit.ValidateAll(items); err != nil {
+	if err := tokenbucket.ValidateAll(items); err != nil {
 		return err
 	}
 	if len(items) == 0 {
 		return nil
 	}
-	as, ok := s.primary.(ratelimit.AtomicStore)
+	as, ok := s.primary.(ratelimit.BatchStore)
 	if !ok {
 		return fmt.Errorf("fallback: the primary store %T cannot decide several keys as one: %w", s.primary, errors.ErrUnsupported)
 	}
@@ -69,16 +70,16 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 // serveAll answers an ApplyAll with the outage behaviour.
 func (s *Store) serveAll(ctx context.Context, items []ratelimit.BatchItem, p *part, cause error) error {
 	switch s.outage {
-	case ratelimit.FailOpen, ratelimit.FailClosed:
+	case FailOpen, FailClosed:
 		for i := range items {
-			d, err := s.unchecked(items[i].Request, s.outage == ratelimit.FailOpen)
+			d, err := s.unchecked(items[i].Request, s.outage == FailOpen)
 			if err != nil {
 				return err
 			}
 			items[i].Decision = d
 		}
 		return nil
-	case ratelimit.LocalFallback:
+	case LocalFallback:
 		local := make([]ratelimit.BatchItem, len(items))
 		for i, it := range items {
 			local[i] = ratelimit.BatchItem{Key: it.Key, Request: s.shared(it.Request)}
@@ -109,7 +110,7 @@ func (s *Store) serveAll(ctx context.Context, items []ratelimit.BatchItem, p *pa
 		if ctx.Err() != nil {
 			ctx = context.WithoutCancel(ctx)
 		}
-		la, ok := any(s.local).(ratelimit.AtomicStore)
+		la, ok := any(s.local).(ratelimit.BatchStore)
 		if !ok {
 			return fmt.Errorf("fallback: local store cannot decide several keys as one: %w", errors.ErrUnsupported)
 		}

@@ -24,6 +24,11 @@ func (b *batchPrimary) ApplyBatch(ctx context.Context, items []ratelimit.BatchIt
 	}
 }
 
+// ApplyAll completes the BatchStore; this file's tests do not call it.
+func (b *batchPrimary) ApplyAll(context.Context, []ratelimit.BatchItem) error {
+	return errors.New("batchPrimary: ApplyAll is not used here")
+}
+
 func TestApplyBatch(t *testing.T) {
 	ctx := context.Background()
 	clk := newFakeClock()
@@ -37,7 +42,7 @@ func TestApplyBatch(t *testing.T) {
 		}
 		return nil
 	}
-	s := mustNew(t, prim, WithOutage(ratelimit.LocalFallback), WithClock(clk.Now), WithPartitions(partOf, ping))
+	s := mustNew(t, prim, WithOutage(LocalFallback), WithClock(clk.Now), WithPartitions(partOf, ping))
 	batch := func() []ratelimit.BatchItem {
 		return []ratelimit.BatchItem{
 			{Key: "a1", Request: req(perMinute100, 1, clk.Now())},
@@ -95,7 +100,7 @@ func TestApplyBatch(t *testing.T) {
 func TestApplyBatchWithoutABatchPrimary(t *testing.T) {
 	clk := newFakeClock()
 	p := newFakePrimary(clk.Now)
-	s := mustNew(t, p, WithOutage(ratelimit.FailClosed), WithClock(clk.Now))
+	s := mustNew(t, p, WithOutage(FailClosed), WithClock(clk.Now))
 	items := []ratelimit.BatchItem{
 		{Key: "k", Request: req(perMinute100, 1, clk.Now())},
 		{Key: "k", Request: req(perMinute100, 1, clk.Now())},

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // unreachableErrnos are the system errors of a connection that could not be
@@ -44,14 +45,14 @@ const poolTimeout = "redis: connection pool timeout"
 // network or I/O timeout, context.DeadlineExceeded, go-redis's connection
 // pool timeout, an error wrapping ErrUnavailable, and the Redis replies
 // LOADING, MASTERDOWN, CLUSTERDOWN and TRYAGAIN. It is false for nil, for an
-// error wrapping ratelimit.ErrInvalidArgument or ratelimit.ErrCorruptState
+// error wrapping ratelimit.ErrInvalidArgument or tokenbucket.ErrCorruptState
 // (the store answered, and would answer the same again), for
 // context.Canceled (the caller gave up), and for anything else, such as a
 // script error or a closed client.
 func IsUnreachable(err error) bool {
 	if err == nil ||
 		errors.Is(err, ratelimit.ErrInvalidArgument) ||
-		errors.Is(err, ratelimit.ErrCorruptState) ||
+		errors.Is(err, tokenbucket.ErrCorruptState) ||
 		errors.Is(err, context.Canceled) {
 		return false
 	}

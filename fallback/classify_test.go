@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 func TestIsUnreachable(t *testing.T) {
@@ -42,8 +43,8 @@ func TestIsUnreachable(t *testing.T) {
 		{"one of several joined errors", errors.Join(errors.New("first"), wrap(errors.New("CLUSTERDOWN The cluster is down"))), true},
 		{"an invalid argument", invalidErr, false},
 		{"an invalid argument found by the script", fmt.Errorf("%w: redis check: cost must be at least 1", ratelimit.ErrInvalidArgument), false},
-		{"a corrupt bucket", fmt.Errorf("%w: redis check: bad level", ratelimit.ErrCorruptState), false},
-		{"a corrupt bucket even beside an EOF", errors.Join(io.EOF, ratelimit.ErrCorruptState), false},
+		{"a corrupt bucket", fmt.Errorf("%w: redis check: bad level", tokenbucket.ErrCorruptState), false},
+		{"a corrupt bucket even beside an EOF", errors.Join(io.EOF, tokenbucket.ErrCorruptState), false},
 		{"a cancelled context", wrap(context.Canceled), false},
 		{"a script error", wrap(errors.New("ERR Error running script (call to f_0): @user_script:3: boom")), false},
 		{"a wrong type", wrap(errors.New("WRONGTYPE Operation against a key holding the wrong kind of value")), false},
@@ -89,7 +90,7 @@ func readTimeoutError(t *testing.T) error {
 func TestClassifierOption(t *testing.T) {
 	p := newFakePrimary(time.Now)
 	oom := errors.New("OOM command not allowed when used memory > 'maxmemory'")
-	s := mustNew(t, p, WithOutage(ratelimit.FailOpen), WithClassifier(func(err error) bool {
+	s := mustNew(t, p, WithOutage(FailOpen), WithClassifier(func(err error) bool {
 		return errors.Is(err, oom) || IsUnreachable(err)
 	}))
 	p.failWith(oom)

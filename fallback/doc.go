@@ -7,7 +7,7 @@
 // While the primary answers, every decision is the primary's. When a call
 // fails with an error that says the primary could not be reached (see
 // IsUnreachable), the Store marks the primary down at once and answers that
-// call, and every following one, with the ratelimit.Outage chosen by
+// call, and every following one, with the Outage chosen by
 // WithOutage:
 //
 //   - ReturnError (the default): an error wrapping ErrUnavailable. The caller
@@ -38,7 +38,7 @@
 // stays down until MarkAlive.
 //
 // WithObserver reports every change of the flag (down with its cause, alive
-// again) to a ratelimit.FallbackObserver, such as promobserver's, whose
+// again) to a Observer, such as promobserver's, whose
 // ratelimit_primary_up gauge follows it.
 //
 // Flag changes are guarded by a generation count: a failure of a check that
@@ -57,7 +57,7 @@
 // while the primary was being asked, a connection pool timeout, and the
 // replies with which Redis says it cannot serve the key right now (LOADING,
 // MASTERDOWN, CLUSTERDOWN, TRYAGAIN). Not an invalid argument, not a corrupt
-// bucket (ratelimit.ErrCorruptState) and not a cancelled context: a
+// bucket (tokenbucket.ErrCorruptState) and not a cancelled context: a
 // cancellation is the caller's, and is returned as it is. A caller whose
 // deadline is shorter than the primary's round trip marks it down too; the
 // probe brings it back within one interval. WithClassifier replaces the
@@ -140,7 +140,7 @@
 // Apply each otherwise) and answers the others with the outage behaviour, so
 // Limiter.TryAcquireMany keeps its single round trip through the wrapper.
 //
-// A Store is a ratelimit.SplitKeyStore too: a Limiter passes the key in two
+// A Store is a splitStore too: a Limiter passes the key in two
 // parts, and the Store joins them only for a primary that needs the whole
 // key (one that is not a SplitKeyStore, or with WithPartitions), so a
 // Limiter over a wrapped memstore.Store builds no key per check, as over the

@@ -31,7 +31,7 @@ func Example() {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	store, _ := fallback.New(unreachable{},
-		fallback.WithOutage(ratelimit.LocalFallback),
+		fallback.WithOutage(fallback.LocalFallback),
 		fallback.WithFleetShare(4),
 		fallback.WithClock(clock),
 	)
@@ -54,7 +54,7 @@ func Example() {
 func Example_behaviours() {
 	ctx := context.Background()
 	r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(10)}, Cost: 1, Now: time.Unix(1e9, 0)}
-	for _, o := range []ratelimit.Outage{ratelimit.ReturnError, ratelimit.FailOpen, ratelimit.FailClosed, ratelimit.LocalFallback} {
+	for _, o := range []fallback.Outage{fallback.ReturnError, fallback.FailOpen, fallback.FailClosed, fallback.LocalFallback} {
 		store, _ := fallback.New(unreachable{}, fallback.WithOutage(o))
 		d, err := store.Apply(ctx, "k", r)
 		fmt.Printf("%-14s allowed=%-5v source=%-11v enforced=%-5v err=%v\n", o, d.Allowed, d.Source, d.Enforced(), err)
@@ -68,7 +68,7 @@ func Example_behaviours() {
 
 // The caller owns the probe's goroutine and stops it with its context.
 func ExampleStore_ProbeForever() {
-	store, _ := fallback.New(memstore.New(), fallback.WithOutage(ratelimit.LocalFallback))
+	store, _ := fallback.New(memstore.New(), fallback.WithOutage(fallback.LocalFallback))
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

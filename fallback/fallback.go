@@ -10,9 +10,16 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/memstore"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
-var _ ratelimit.SplitKeyStore = (*Store)(nil)
+// splitStore is a store that takes a key in two parts, as the Limiter calls
+// a memstore.Store (the Limiter discovers the same method on this Store).
+type splitStore interface {
+	ApplySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error)
+}
+
+var _ splitStore = (*Store)(nil)
 
 // ErrUnavailable is wrapped by the error a Store returns when the primary
 // cannot be reached and the outage behaviour is ReturnError, and by Reset
@@ -56,7 +63,7 @@ type Partitioner interface {
 type Store struct {
 	config  // the options, as New completed them
 	primary ratelimit.Store
-	split   ratelimit.SplitKeyStore // primary, when it takes split keys
+	split   splitStore // primary, when it takes split keys
 	local   *memstore.Store
 
 	single   *part    // the one flag, without WithPartitions
@@ -69,7 +76,7 @@ type Store struct {
 type Option func(*config)
 
 type config struct {
-	outage   ratelimit.Outage
+	outage   Outage
 	share    int64
 	clock    func() time.Time
 	timeout  time.Duration
@@ -77,7 +84,7 @@ type config struct {
 	ping     func(ctx context.Context) error
 	partOf   func(ctx context.Context, key string) string
 	pingPart func(ctx context.Context, partition string) error
-	observer ratelimit.FallbackObserver
+	observer Observer
 	errs     []error
 }
 
@@ -86,10 +93,10 @@ func (c *config) invalid(format string, args ...any) {
 }
 
 // WithOutage sets what a check does while the primary is down (default
-// ratelimit.ReturnError).
-func WithOutage(o ratelimit.Outage) Option {
+// ReturnError).
+func WithOutage(o Outage) Option {
 	return func(c *config) {
-		if o > ratelimit.LocalFallback {
+		if o > LocalFallback {
 			c.invalid("unknown outage behaviour %d", o)
 			return
 		}
@@ -208,7 +215,7 @@ func WithPartitions(partition func(ctx context.Context, key string) string, ping
 // quick. A ratelimit.Observer such as promobserver's is a FallbackObserver.
 // A partition that a probe forgets while it is down (see Probe) is reported
 // alive: its keys are served by the primary again, through another partition.
-func WithObserver(o ratelimit.FallbackObserver) Option {
+func WithObserver(o Observer) Option {
 	return func(c *config) {
 		if o == nil {
 			c.invalid("observer must not be nil")
@@ -226,7 +233,7 @@ func New(primary ratelimit.Store, opts ...Option) (*Store, error) {
 	if primary == nil {
 		return nil, fmt.Errorf("%w: fallback: primary store must not be nil", ratelimit.ErrInvalidArgument)
 	}
-	c := config{outage: ratelimit.ReturnError, share: 1, clock: monotonicClock(), classify: IsUnreachable}
+	c := config{outage: ReturnError, share: 1, clock: monotonicClock(), classify: IsUnreachable}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -239,7 +246,7 @@ func New(primary ratelimit.Store, opts ...Option) (*Store, error) {
 		local:   memstore.New(memstore.WithClock(c.clock)),
 		single:  &part{},
 	}
-	s.split, _ = primary.(ratelimit.SplitKeyStore)
+	s.split, _ = primary.(splitStore)
 	if pp, ok := primary.(Partitioner); ok && s.partOf == nil {
 		if partition, ping := pp.Partitions(); partition != nil && ping != nil {
 			s.partOf, s.pingPart = partition, ping
@@ -265,10 +272,9 @@ func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (rat
 	return s.apply(ctx, "", key, r)
 }
 
-// ApplySplit is Apply on the key prefix+subject (see
-// ratelimit.SplitKeyStore), which a Limiter calls instead of building the
-// key. The parts are joined only to ask a primary that is not a
-// ratelimit.SplitKeyStore itself (a redisstore.Store, which needs the whole
+// ApplySplit is Apply on the key prefix+subject, which a Limiter calls
+// instead of building the key. The parts are joined only to ask a primary that is not a
+// splitStore itself (a redisstore.Store, which needs the whole
 // key for Redis anyway), and, with WithPartitions, before the partition
 // function is called; the local buckets of LocalFallback take them apart.
 // Over a memstore.Store without WithPartitions a check allocates no key,
@@ -344,7 +350,7 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 }
 
 // Outage returns the behaviour the Store applies while the primary is down.
-func (s *Store) Outage() ratelimit.Outage { return s.outage }
+func (s *Store) Outage() Outage { return s.outage }
 
 // FleetShare returns n of WithFleetShare (1 when not set).
 func (s *Store) FleetShare() int { return int(s.share) }
@@ -426,11 +432,11 @@ func pastDeadline(ctx context.Context) bool {
 // down.
 func (s *Store) serve(ctx context.Context, prefix, key string, r ratelimit.Request, p *part, cause error) (ratelimit.Decision, error) {
 	switch s.outage {
-	case ratelimit.FailOpen:
+	case FailOpen:
 		return s.unchecked(r, true)
-	case ratelimit.FailClosed:
+	case FailClosed:
 		return s.unchecked(r, false)
-	case ratelimit.LocalFallback:
+	case LocalFallback:
 		return s.applyLocal(ctx, prefix, key, r)
 	}
 	if cause != nil {
@@ -452,7 +458,7 @@ func (s *Store) now(r ratelimit.Request) (int64, error) {
 	if t.IsZero() {
 		t = s.clock()
 	}
-	return ratelimit.Micros(t)
+	return tokenbucket.Micros(t)
 }
 
 // unchecked returns the decision of a full bucket (open) or an empty one,
@@ -462,7 +468,7 @@ func (s *Store) unchecked(r ratelimit.Request, open bool) (ratelimit.Decision, e
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
-	var st ratelimit.State
+	var st tokenbucket.State
 	src := ratelimit.SourceFailOpen
 	if !open {
 		st = emptyState(r.Limits, us)
@@ -474,10 +480,10 @@ func (s *Store) unchecked(r ratelimit.Request, open bool) (ratelimit.Decision, e
 }
 
 // emptyState returns a bucket that holds no token at now.
-func emptyState(limits []ratelimit.Limit, now int64) ratelimit.State {
-	st := ratelimit.State{Last: now, Bands: make([]ratelimit.Band, len(limits))}
+func emptyState(limits []ratelimit.Limit, now int64) tokenbucket.State {
+	st := tokenbucket.State{Last: now, Bands: make([]tokenbucket.Band, len(limits))}
 	for i, l := range limits {
-		st.Bands[i] = ratelimit.Band{Limit: l}
+		st.Bands[i] = tokenbucket.Band{Limit: l}
 	}
 	return st
 }
@@ -574,7 +580,7 @@ func Share(l ratelimit.Limit, n int64) ratelimit.Limit {
 	if s.Validate() == nil || l.Validate() != nil {
 		return s
 	}
-	if p := l.RefillPeriod.Microseconds(); p <= ratelimit.MaxExact/n {
+	if p := l.RefillPeriod.Microseconds(); p <= tokenbucket.MaxExact/n {
 		s.RefillTokens, s.RefillPeriod = l.RefillTokens, time.Duration(p*n)*time.Microsecond
 		if s.Validate() == nil {
 			return s

@@ -14,6 +14,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/memstore"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 var perMinute100 = ratelimit.PerMinute(100)
@@ -28,7 +29,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 	}{
 		{"a nil primary", nil, nil, "primary store must not be nil"},
 		{"a fleet share of 0", p, []Option{WithFleetShare(0)}, "fleet share must be at least 1"},
-		{"an unknown outage", p, []Option{WithOutage(ratelimit.Outage(9))}, "unknown outage behaviour"},
+		{"an unknown outage", p, []Option{WithOutage(Outage(9))}, "unknown outage behaviour"},
 		{"a negative timeout", p, []Option{WithTimeout(-time.Second)}, "timeout must not be negative"},
 		{"a nil clock", p, []Option{WithClock(nil)}, "clock must not be nil"},
 		{"a nil classifier", p, []Option{WithClassifier(nil)}, "classifier must not be nil"},
@@ -48,7 +49,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	s := mustNew(t, newFakePrimary(time.Now))
-	if s.Outage() != ratelimit.ReturnError || s.FleetShare() != 1 || !s.IsAlive() || s.Probing() {
+	if s.Outage() != ReturnError || s.FleetShare() != 1 || !s.IsAlive() || s.Probing() {
 		t.Fatalf("defaults: outage %v, share %d, alive %v, probing %v; want return-error, 1, true, false",
 			s.Outage(), s.FleetShare(), s.IsAlive(), s.Probing())
 	}
@@ -58,7 +59,7 @@ func TestAliveDecisionsAreThePrimarys(t *testing.T) {
 	clk := newFakeClock()
 	p := newFakePrimary(clk.Now)
 	ref := memstore.New(memstore.WithClock(clk.Now))
-	s := mustNew(t, p, WithOutage(ratelimit.LocalFallback), WithClock(clk.Now))
+	s := mustNew(t, p, WithOutage(LocalFallback), WithClock(clk.Now))
 	ctx := context.Background()
 	for i := range 120 {
 		r := req(perMinute100, 1, clk.Now())
@@ -82,10 +83,10 @@ func TestAliveDecisionsAreThePrimarys(t *testing.T) {
 func TestOutageBehaviours(t *testing.T) {
 	lim := ratelimit.NewLimit(10, time.Second, 20) // 20 burst, 10/s: a token per 100 ms
 	tests := []struct {
-		outage ratelimit.Outage
+		outage Outage
 		check  func(t *testing.T, d ratelimit.Decision, err error, first bool)
 	}{
-		{ratelimit.ReturnError, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
+		{ReturnError, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
 			if !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("err = %v, want ErrUnavailable", err)
 			}
@@ -96,7 +97,7 @@ func TestOutageBehaviours(t *testing.T) {
 				t.Errorf("breaker error %q does not name the cause", err)
 			}
 		}},
-		{ratelimit.FailOpen, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
+		{FailOpen, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
 			want := ratelimit.Decision{Allowed: true, Remaining: 17, ResetAfter: 300 * time.Millisecond, Limit: lim, Source: ratelimit.SourceFailOpen}
 			if err != nil || d != want {
 				t.Fatalf("= %+v, %v; want %+v (a full bucket's answer)", d, err, want)
@@ -105,13 +106,13 @@ func TestOutageBehaviours(t *testing.T) {
 				t.Error("a fail-open decision says it was enforced")
 			}
 		}},
-		{ratelimit.FailClosed, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
+		{FailClosed, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
 			want := ratelimit.Decision{Allowed: false, RetryAfter: 300 * time.Millisecond, ResetAfter: 2 * time.Second, Limit: lim, Source: ratelimit.SourceFailClosed}
 			if err != nil || d != want {
 				t.Fatalf("= %+v, %v; want %+v (an empty bucket's answer)", d, err, want)
 			}
 		}},
-		{ratelimit.LocalFallback, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
+		{LocalFallback, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
 			remaining := int64(17)
 			if !first {
 				remaining = 14
@@ -145,16 +146,16 @@ func TestOutageBehaviours(t *testing.T) {
 
 func TestPeekDuringAnOutage(t *testing.T) {
 	lim := ratelimit.PerSecond(5)
-	for _, o := range []ratelimit.Outage{ratelimit.FailOpen, ratelimit.FailClosed, ratelimit.LocalFallback} {
+	for _, o := range []Outage{FailOpen, FailClosed, LocalFallback} {
 		clk := newFakeClock()
 		s := mustNew(t, newFakePrimary(clk.Now), WithOutage(o), WithClock(clk.Now))
 		s.MarkDown()
 		d, err := s.Apply(context.Background(), "k", ratelimit.Request{Limits: []ratelimit.Limit{lim}, Peek: true})
-		wantAllowed := o != ratelimit.FailClosed
+		wantAllowed := o != FailClosed
 		if err != nil || d.Allowed != wantAllowed {
 			t.Errorf("%v: peek = %+v, %v; want allowed %v", o, d, err, wantAllowed)
 		}
-		if o == ratelimit.LocalFallback && s.Local().Len() != 0 {
+		if o == LocalFallback && s.Local().Len() != 0 {
 			t.Errorf("%v: a peek at a missing bucket stored one", o)
 		}
 	}
@@ -164,9 +165,9 @@ func TestPeekDuringAnOutage(t *testing.T) {
 // store's answers leave the primary alive and reach the caller unchanged.
 func TestErrorsThatAreNotOutages(t *testing.T) {
 	_, invalidErr := ratelimit.New[string](memstore.New(), ratelimit.Limit{})
-	corrupt := fmt.Errorf("%w: redis check of %q: bad level", ratelimit.ErrCorruptState, "k")
+	corrupt := fmt.Errorf("%w: redis check of %q: bad level", tokenbucket.ErrCorruptState, "k")
 	script := errors.New("ERR Error running script (call to f_x): @user_script:1: boom")
-	for _, o := range []ratelimit.Outage{ratelimit.ReturnError, ratelimit.FailOpen, ratelimit.FailClosed, ratelimit.LocalFallback} {
+	for _, o := range []Outage{ReturnError, FailOpen, FailClosed, LocalFallback} {
 		t.Run(o.String(), func(t *testing.T) {
 			for _, fail := range []error{invalidErr, corrupt, script} {
 				p := newFakePrimary(time.Now)
@@ -213,7 +214,7 @@ func TestHungPrimaryCostsTheDeadline(t *testing.T) {
 	const slack = 500 * time.Millisecond // a loaded machine under -race
 	t.Run("the caller's deadline", func(t *testing.T) {
 		p := newFakePrimary(time.Now)
-		s := mustNew(t, p, WithOutage(ratelimit.LocalFallback))
+		s := mustNew(t, p, WithOutage(LocalFallback))
 		p.set(hung)
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
@@ -229,7 +230,7 @@ func TestHungPrimaryCostsTheDeadline(t *testing.T) {
 	})
 	t.Run("WithTimeout shorter than the caller's deadline", func(t *testing.T) {
 		p := newFakePrimary(time.Now)
-		s := mustNew(t, p, WithOutage(ratelimit.FailOpen), WithTimeout(deadline))
+		s := mustNew(t, p, WithOutage(FailOpen), WithTimeout(deadline))
 		p.set(hung)
 		start := time.Now()
 		d, err := s.Apply(context.Background(), "k", req(perMinute100, 1, time.Time{}))
@@ -254,7 +255,7 @@ func TestHungPrimaryCostsTheDeadline(t *testing.T) {
 	t.Run("concurrent calls cost a deadline until the kicked probe finds the primary hung, later ones none", func(t *testing.T) {
 		const deadline = 4 * deadline
 		p := newFakePrimary(time.Now)
-		s := mustNew(t, p, WithOutage(ratelimit.FailClosed))
+		s := mustNew(t, p, WithOutage(FailClosed))
 		p.set(hung)
 		var wg sync.WaitGroup
 		var slow atomic.Int64
@@ -305,7 +306,7 @@ func TestHungPrimaryCostsTheDeadline(t *testing.T) {
 // down and on a memstore, and wants the same decisions.
 func TestLocalFallbackIsTheSameArithmetic(t *testing.T) {
 	clk := newFakeClock()
-	s := mustNew(t, newFakePrimary(clk.Now), WithOutage(ratelimit.LocalFallback), WithClock(clk.Now))
+	s := mustNew(t, newFakePrimary(clk.Now), WithOutage(LocalFallback), WithClock(clk.Now))
 	s.MarkDown()
 	ref := memstore.New(memstore.WithClock(clk.Now))
 	policies := [][]ratelimit.Limit{
@@ -364,7 +365,7 @@ func TestShare(t *testing.T) {
 
 func TestFleetShareDuringAnOutage(t *testing.T) {
 	clk := newFakeClock()
-	s := mustNew(t, newFakePrimary(clk.Now), WithOutage(ratelimit.LocalFallback), WithFleetShare(4), WithClock(clk.Now))
+	s := mustNew(t, newFakePrimary(clk.Now), WithOutage(LocalFallback), WithFleetShare(4), WithClock(clk.Now))
 	s.MarkDown()
 	ctx := context.Background()
 	share := ratelimit.PerMinute(25)
@@ -414,7 +415,7 @@ func TestFleetShareBound(t *testing.T) {
 				clk := newFakeClock()
 				fleet := make([]*Store, n)
 				for i := range fleet {
-					fleet[i] = mustNew(t, newFakePrimary(clk.Now), WithOutage(ratelimit.LocalFallback), WithFleetShare(int(n)), WithClock(clk.Now))
+					fleet[i] = mustNew(t, newFakePrimary(clk.Now), WithOutage(LocalFallback), WithFleetShare(int(n)), WithClock(clk.Now))
 					fleet[i].MarkDown()
 				}
 				rng := rand.New(rand.NewPCG(uint64(n), 7))
@@ -451,7 +452,7 @@ func TestProbe(t *testing.T) {
 	ctx := context.Background()
 	t.Run("a ping that fails keeps the primary down, one that answers brings it back", func(t *testing.T) {
 		p := newFakePrimary(time.Now)
-		s := mustNew(t, pingingPrimary{p}, WithOutage(ratelimit.LocalFallback))
+		s := mustNew(t, pingingPrimary{p}, WithOutage(LocalFallback))
 		p.set(refused)
 		s.Apply(ctx, "k", req(perMinute100, 1, time.Time{}))
 		if s.IsAlive() || s.Probe(ctx) || s.IsAlive() {
@@ -470,7 +471,7 @@ func TestProbe(t *testing.T) {
 	})
 	t.Run("a probe that sees the primary gone marks it down", func(t *testing.T) {
 		p := newFakePrimary(time.Now)
-		s := mustNew(t, pingingPrimary{p}, WithOutage(ratelimit.FailClosed))
+		s := mustNew(t, pingingPrimary{p}, WithOutage(FailClosed))
 		p.set(refused)
 		if s.Probe(ctx) || s.IsAlive() {
 			t.Fatal("want down after a failed ping")
@@ -549,7 +550,7 @@ func TestStaleResultsDoNotFlipTheFlag(t *testing.T) {
 	ctx := context.Background()
 	t.Run("a stale failure", func(t *testing.T) {
 		p := newFakePrimary(time.Now)
-		s := mustNew(t, p, WithOutage(ratelimit.FailOpen))
+		s := mustNew(t, p, WithOutage(FailOpen))
 		gate := make(chan struct{})
 		p.gate.Store(&gate)
 		p.set(refused)
@@ -628,7 +629,7 @@ func TestSlowProbeBesideAnsweredChecks(t *testing.T) {
 func TestProbeForever(t *testing.T) {
 	checkNoLeak(t)
 	p := newFakePrimary(time.Now)
-	s := mustNew(t, pingingPrimary{p}, WithOutage(ratelimit.LocalFallback))
+	s := mustNew(t, pingingPrimary{p}, WithOutage(LocalFallback))
 	ctx, cancel := context.WithCancel(context.Background())
 	reports := make(chan bool, 100)
 	stopped := make(chan struct{})
@@ -736,7 +737,7 @@ func TestPartitions(t *testing.T) {
 		}
 		return nil
 	}
-	s := mustNew(t, prim, WithOutage(ratelimit.ReturnError), WithPartitions(partOf, ping))
+	s := mustNew(t, prim, WithOutage(ReturnError), WithPartitions(partOf, ping))
 	for _, k := range []string{"a1", "b1", "c1"} {
 		if _, err := s.Apply(ctx, k, req(perMinute100, 1, time.Time{})); err != nil {
 			t.Fatalf("%s while all up: %v", k, err)
@@ -850,12 +851,12 @@ func TestPartitionsFollowAFailover(t *testing.T) {
 		m := newMovingPartitions()
 		var mu sync.Mutex
 		var events []string
-		s := mustNew(t, m, WithOutage(ratelimit.ReturnError), WithPartitions(m.partition, m.ping),
-			WithObserver(ratelimit.ObserverFuncs{Fallback: func(_ context.Context, e ratelimit.FallbackEvent) {
+		s := mustNew(t, m, WithOutage(ReturnError), WithPartitions(m.partition, m.ping),
+			WithObserver(ObserverFunc(func(_ context.Context, e Event) {
 				mu.Lock()
 				events = append(events, fmt.Sprint(e.Partition, "=", e.Alive))
 				mu.Unlock()
-			}}))
+			})))
 		for _, k := range []string{"a1", "b1"} {
 			if _, err := s.Apply(ctx, k, req(perMinute100, 1, time.Time{})); err != nil {
 				t.Fatalf("%s while all up: %v", k, err)
@@ -967,7 +968,7 @@ func TestReset(t *testing.T) {
 	ctx := context.Background()
 	clk := newFakeClock()
 	p := newFakePrimary(clk.Now)
-	s := mustNew(t, p, WithOutage(ratelimit.LocalFallback), WithClock(clk.Now))
+	s := mustNew(t, p, WithOutage(LocalFallback), WithClock(clk.Now))
 	drain := func() {
 		for range 100 {
 			s.Apply(ctx, "k", req(perMinute100, 1, clk.Now()))
@@ -1001,15 +1002,15 @@ func TestObserver(t *testing.T) {
 	clk := newFakeClock()
 	p := newFakePrimary(clk.Now)
 	var mu sync.Mutex
-	var events []ratelimit.FallbackEvent
+	var events []Event
 	var ctxs []any
-	obs := ratelimit.ObserverFuncs{Fallback: func(ctx context.Context, e ratelimit.FallbackEvent) {
+	obs := ObserverFunc(func(ctx context.Context, e Event) {
 		mu.Lock()
 		events = append(events, e)
 		ctxs = append(ctxs, ctx.Value(ctxKey{}))
 		mu.Unlock()
-	}}
-	s := mustNew(t, pingingPrimary{p}, WithOutage(ratelimit.FailOpen), WithClock(clk.Now), WithObserver(obs))
+	})
+	s := mustNew(t, pingingPrimary{p}, WithOutage(FailOpen), WithClock(clk.Now), WithObserver(obs))
 	callCtx := context.WithValue(context.Background(), ctxKey{}, "check")
 	probeCtx := context.WithValue(context.Background(), ctxKey{}, "probe")
 
@@ -1037,7 +1038,7 @@ func TestObserver(t *testing.T) {
 	}
 	for i, w := range want {
 		e := events[i]
-		if e.Alive != w.alive || ctxs[i] != w.ctx || e.Partition != "" || e.Outage != ratelimit.FailOpen {
+		if e.Alive != w.alive || ctxs[i] != w.ctx || e.Partition != "" || e.Outage != FailOpen {
 			t.Errorf("event %d = %+v with context %v; want alive %v, context %v, partition \"\", fail-open", i, e, ctxs[i], w.alive, w.ctx)
 		}
 		if (e.Cause != nil) == e.Alive {
@@ -1054,9 +1055,9 @@ func TestObserver(t *testing.T) {
 		dead.Store("a")
 		s := mustNew(t, &partitionedPrimary{fakePrimary: newFakePrimary(time.Now), dead: &dead},
 			WithPartitions(func(_ context.Context, key string) string { return key[:1] }, func(context.Context, string) error { return nil }),
-			WithObserver(ratelimit.ObserverFuncs{Fallback: func(_ context.Context, e ratelimit.FallbackEvent) {
+			WithObserver(ObserverFunc(func(_ context.Context, e Event) {
 				names = append(names, fmt.Sprint(e.Partition, "=", e.Alive))
-			}}))
+			})))
 		s.Apply(context.Background(), "b1", req(perMinute100, 1, time.Time{}))
 		s.Apply(context.Background(), "a1", req(perMinute100, 1, time.Time{}))
 		s.Probe(context.Background())

@@ -38,7 +38,7 @@ func clusterSubjects(c *redistest.Cluster, lim *ratelimit.Limiter[string], n int
 func plainClusterSetUp(t *testing.T, replicas int, ns string) (*redistest.Cluster, *Store, *ratelimit.Limiter[string], []string, map[string]*redistest.Server) {
 	t.Helper()
 	c := redistest.StartCluster(t, 3, replicas)
-	s := mustNew(t, redisstore.New(redisClusterClient(t, c)), WithOutage(ratelimit.LocalFallback))
+	s := mustNew(t, redisstore.New(redisClusterClient(t, c)), WithOutage(LocalFallback))
 	lim, err := ratelimit.New[string](s, ratelimit.PerMinute(1_000_000), ratelimit.WithNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func TestClusterMasterStopped(t *testing.T) {
 // decided by the shared bucket.
 func TestACallersShortDeadlineIsNotAnOutage(t *testing.T) {
 	checkNoLeak(t)
-	f := newStandalone(t, ratelimit.PerMinute(1000), nil, WithOutage(ratelimit.LocalFallback))
+	f := newStandalone(t, ratelimit.PerMinute(1000), nil, WithOutage(LocalFallback))
 	ctx := context.Background()
 	if _, err := f.lim.TryAcquire(ctx, "warm"); err != nil {
 		t.Fatal(err)
@@ -222,7 +222,7 @@ func TestACallersShortDeadlineIsNotAnOutage(t *testing.T) {
 // store is one partition, so the probe watches it before any check is made.
 func TestTheProbeFindsASingleServerDownWithoutChecks(t *testing.T) {
 	checkNoLeak(t)
-	f := newStandalone(t, ratelimit.PerMinute(10), nil, WithOutage(ratelimit.FailClosed))
+	f := newStandalone(t, ratelimit.PerMinute(10), nil, WithOutage(FailClosed))
 	runProbe(t, f.store)
 	f.server.Kill()
 	waitFor(t, 5*time.Second, "the probe marks the primary down", func() bool { return !f.store.IsAlive() })

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/exactlimit/ratelimit"
 )
 
 // minProbeBound is the least time ProbeForever gives one probe.
@@ -73,7 +71,7 @@ func (p *part) markAlive(gen uint64) bool {
 func (s *Store) down(ctx context.Context, p *part, gen uint64, err error) {
 	at := s.clock()
 	if p.markDown(gen, err, at) && s.observer != nil {
-		s.observer.ObserveFallback(ctx, ratelimit.FallbackEvent{Partition: p.name, Alive: false, Outage: s.outage, Cause: err, At: at})
+		s.observer.ObserveFallback(ctx, Event{Partition: p.name, Alive: false, Outage: s.outage, Cause: err, At: at})
 	}
 }
 
@@ -81,7 +79,7 @@ func (s *Store) down(ctx context.Context, p *part, gen uint64, err error) {
 // observer, with ctx, when it did.
 func (s *Store) up(ctx context.Context, p *part, gen uint64) {
 	if p.markAlive(gen) && s.observer != nil {
-		s.observer.ObserveFallback(ctx, ratelimit.FallbackEvent{Partition: p.name, Alive: true, Outage: s.outage, At: s.clock()})
+		s.observer.ObserveFallback(ctx, Event{Partition: p.name, Alive: true, Outage: s.outage, At: s.clock()})
 	}
 }
 

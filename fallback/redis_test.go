@@ -68,7 +68,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	checkNoLeak(t)
 	const deadline = 250 * time.Millisecond
 	policy := ratelimit.PerMinute(100)
-	f := newStandalone(t, policy, nil, WithOutage(ratelimit.LocalFallback), WithFleetShare(4))
+	f := newStandalone(t, policy, nil, WithOutage(LocalFallback), WithFleetShare(4))
 	runProbe(t, f.store)
 	subjects := []string{"s0", "s1", "s2", "s3"}
 	l := startLoad(8, deadline, func(ctx context.Context, w int) (string, ratelimit.Decision, error) {
@@ -164,7 +164,7 @@ func TestRedisHung(t *testing.T) {
 	checkNoLeak(t)
 	const deadline = 200 * time.Millisecond
 	const workers = 4
-	f := newStandalone(t, ratelimit.PerMinute(1000), nil, WithOutage(ratelimit.LocalFallback))
+	f := newStandalone(t, ratelimit.PerMinute(1000), nil, WithOutage(LocalFallback))
 	runProbe(t, f.store)
 	l := startLoad(workers, deadline, func(ctx context.Context, w int) (string, ratelimit.Decision, error) {
 		s := fmt.Sprint("s", w)
@@ -240,7 +240,7 @@ func TestRedisRestartedEmpty(t *testing.T) {
 		return got
 	}
 	t.Run("with the outage seen", func(t *testing.T) {
-		f := newStandalone(t, policy, nil, WithOutage(ratelimit.LocalFallback))
+		f := newStandalone(t, policy, nil, WithOutage(LocalFallback))
 		runProbe(t, f.store)
 		subjects := []string{"a", "b", "c"}
 		before := map[string]int64{}
@@ -274,7 +274,7 @@ func TestRedisRestartedEmpty(t *testing.T) {
 		}
 	})
 	t.Run("with no check during the restart", func(t *testing.T) {
-		f := newStandalone(t, policy, nil, WithOutage(ratelimit.ReturnError))
+		f := newStandalone(t, policy, nil, WithOutage(ReturnError))
 		before := check(f, "a", 15)[ratelimit.SourceStore]
 		f.server.Restart(t)
 		after := check(f, "a", 15)
@@ -303,7 +303,7 @@ func TestProxyDropAndStall(t *testing.T) {
 	f := newStandalone(t, ratelimit.PerMinute(1000), func(s *redistest.Server) string {
 		proxy = redistest.StartProxy(t, s.Addr())
 		return proxy.Addr()
-	}, WithOutage(ratelimit.LocalFallback))
+	}, WithOutage(LocalFallback))
 	runProbe(t, f.store)
 	l := startLoad(workers, deadline, func(ctx context.Context, w int) (string, ratelimit.Decision, error) {
 		s := fmt.Sprint("s", w)
@@ -393,7 +393,7 @@ func TestClusterFailover(t *testing.T) {
 		}
 		return err
 	}
-	newStore := func(o ratelimit.Outage, cc *redis.ClusterClient, partitions Option) (*Store, *ratelimit.Limiter[string]) {
+	newStore := func(o Outage, cc *redis.ClusterClient, partitions Option) (*Store, *ratelimit.Limiter[string]) {
 		s := mustNew(t, redisstore.New(cc), WithOutage(o), WithClock(clk.Now), partitions)
 		lim, err := ratelimit.New[string](s, ratelimit.PerMinute(100000), ratelimit.WithClock(clk.Now), ratelimit.WithNamespace("fault"))
 		if err != nil {
@@ -402,8 +402,8 @@ func TestClusterFailover(t *testing.T) {
 		runProbe(t, s)
 		return s, lim
 	}
-	localStore, localLim := newStore(ratelimit.LocalFallback, cc, WithPartitions(redisstore.ClusterPartitions(cc)))
-	errStore, errLim := newStore(ratelimit.ReturnError, ownCC, WithPartitions(partOf, pingMaster))
+	localStore, localLim := newStore(LocalFallback, cc, WithPartitions(redisstore.ClusterPartitions(cc)))
+	errStore, errLim := newStore(ReturnError, ownCC, WithPartitions(partOf, pingMaster))
 
 	victim := c.Masters()[0]
 	// Two subjects on the victim's slots and two on the others'.

@@ -34,7 +34,7 @@ func TestApplySplitIsApplyOnTheJoinedKey(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			primary, fake := tt.primary()
-			s := mustNew(t, primary, append([]Option{WithOutage(ratelimit.LocalFallback), WithClock(clk.Now)}, tt.opts...)...)
+			s := mustNew(t, primary, append([]Option{WithOutage(LocalFallback), WithClock(clk.Now)}, tt.opts...)...)
 			// Apply and ApplySplit take turns on one bucket: each sees what
 			// the other took.
 			check := func(source ratelimit.Source) {
@@ -99,7 +99,7 @@ func TestLimiterOverMemstoreAllocatesNoKey(t *testing.T) {
 		})
 	}
 	base := allocs(memstore.New())
-	s := mustNew(t, memstore.New(), WithOutage(ratelimit.LocalFallback))
+	s := mustNew(t, memstore.New(), WithOutage(LocalFallback))
 	if got := allocs(s); got != base {
 		t.Errorf("through the primary: %v allocations per check, want %v as over the memstore.Store alone", got, base)
 	}
@@ -126,7 +126,7 @@ func BenchmarkLimiterOverMemstore(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			primary := memstore.New()
-			s := mustNew(b, primary, WithOutage(ratelimit.LocalFallback))
+			s := mustNew(b, primary, WithOutage(LocalFallback))
 			lim, err := ratelimit.New[string](s, ratelimit.PerHour(1_000_000))
 			if err != nil {
 				b.Fatal(err)

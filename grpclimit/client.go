@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/clock"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -52,7 +52,7 @@ func WithRetrySleep(sleep func(ctx context.Context, d time.Duration) error) Clie
 // are returned at once. Like the server's Wait, it polls: retries are not
 // queued, and have no priority over other callers.
 func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
-	c := &client{retries: DefaultRetries, sleep: ratelimit.Sleep, jitter: rand.Int64N}
+	c := &client{retries: DefaultRetries, sleep: clock.Sleep, jitter: rand.Int64N}
 	for _, o := range opts {
 		o(c)
 	}

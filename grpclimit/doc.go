@@ -61,7 +61,7 @@
 // Each check is bounded by WithTimeout (DefaultTimeout, 500 ms), so a store
 // that hangs cannot hold every call. When the Limiter returns an error that
 // is not the call's own (not an invalid cost, not the client going away),
-// the interceptors apply one of the behaviours named by ratelimit.Outage
+// the interceptors apply one of the behaviours named by fallback.Outage
 // (WithOutage):
 //
 //   - FailClosed (the default): codes.Unavailable, "rate limit unavailable",

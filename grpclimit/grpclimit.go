@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
@@ -53,7 +54,7 @@ type Interceptor struct {
 	methods   map[string]*policy // by full method name, or service prefix "/pkg.Service/"
 	key       KeyFunc
 	cost      CostFunc
-	outage    ratelimit.Outage
+	outage    fallback.Outage
 	timeout   time.Duration
 	passNoKey bool
 	noHeader  bool
@@ -119,11 +120,11 @@ func WithMethod(method string, lim Limiter) Option {
 }
 
 // WithOutage sets what happens when the Limiter cannot decide (default
-// ratelimit.FailClosed); see the package documentation.
-func WithOutage(o ratelimit.Outage) Option { return func(in *Interceptor) { in.outage = o } }
+// fallback.FailClosed); see the package documentation.
+func WithOutage(o fallback.Outage) Option { return func(in *Interceptor) { in.outage = o } }
 
 // WithErrorHandler sets the function that answers a call whose check failed,
-// under ratelimit.ReturnError: it returns the error the client gets (a
+// under fallback.ReturnError: it returns the error the client gets (a
 // status error, or any error, which gRPC sends as codes.Unknown), or nil to
 // let the call through unlimited. Without one, such a call gets
 // codes.Unavailable as under FailClosed.
@@ -167,7 +168,7 @@ func WithClock(clock func() time.Time) Option { return func(in *Interceptor) { i
 func New(lim Limiter, opts ...Option) (*Interceptor, error) {
 	in := &Interceptor{
 		key:     PeerIP,
-		outage:  ratelimit.FailClosed,
+		outage:  fallback.FailClosed,
 		timeout: DefaultTimeout,
 		clock:   time.Now,
 	}
@@ -186,7 +187,7 @@ func New(lim Limiter, opts ...Option) (*Interceptor, error) {
 		return nil, invalid("key function must not be nil")
 	case in.clock == nil:
 		return nil, invalid("clock must not be nil")
-	case in.outage > ratelimit.LocalFallback:
+	case in.outage > fallback.LocalFallback:
 		return nil, invalid("unknown outage behaviour %d", in.outage)
 	}
 	for _, p := range in.policies() {
@@ -194,7 +195,7 @@ func New(lim Limiter, opts ...Option) (*Interceptor, error) {
 			return nil, invalid("policy name %q must be 1 to 64 printable ASCII characters", p.name)
 		}
 	}
-	if in.outage == ratelimit.LocalFallback {
+	if in.outage == fallback.LocalFallback {
 		in.local = memstore.New()
 	}
 	return in, nil
@@ -330,14 +331,14 @@ func (in *Interceptor) check(ctx context.Context, method string, req any) (metad
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 		switch in.outage {
-		case ratelimit.FailOpen:
+		case fallback.FailOpen:
 			return nil, nil
-		case ratelimit.ReturnError:
+		case fallback.ReturnError:
 			if in.onError != nil {
 				return nil, in.onError(ctx, method, err)
 			}
 			return nil, unavailable()
-		case ratelimit.LocalFallback:
+		case fallback.LocalFallback:
 			d, err = in.local.Apply(ctx, p.local+key, ratelimit.Request{Limits: p.lim.Limits(), Cost: cost})
 			if err != nil {
 				return nil, unavailable()

@@ -184,7 +184,7 @@ func TestOutages(t *testing.T) {
 		}
 	}
 	clock := storetest.NewClock(storetest.Start)
-	unenforced := func(o ratelimit.Outage) Limiter {
+	unenforced := func(o fallback.Outage) Limiter {
 		fb, err := fallback.New(failing{}, fallback.WithOutage(o), fallback.WithClock(clock.Now))
 		if err != nil {
 			t.Fatal(err)
@@ -203,7 +203,7 @@ func TestOutages(t *testing.T) {
 				wantStatus(t, "check", err, codes.Unavailable, time.Second)
 			}},
 		{"fail open: the call goes through without fields", func() Limiter { return newLimiter(t, failing{}, clock, "api", ratelimit.PerMinute(2)) },
-			[]Option{WithOutage(ratelimit.FailOpen)},
+			[]Option{WithOutage(fallback.FailOpen)},
 			func(t *testing.T, client healthpb.HealthClient) {
 				for range 3 {
 					hdr, _, err := check(client, context.Background())
@@ -211,7 +211,7 @@ func TestOutages(t *testing.T) {
 				}
 			}},
 		{"local fallback: a bucket in this process with the same policy", func() Limiter { return newLimiter(t, failing{}, clock, "api", ratelimit.PerMinute(2)) },
-			[]Option{WithOutage(ratelimit.LocalFallback)},
+			[]Option{WithOutage(fallback.LocalFallback)},
 			func(t *testing.T, client healthpb.HealthClient) {
 				for i := range 2 {
 					hdr, _, err := check(client, context.Background())
@@ -221,7 +221,7 @@ func TestOutages(t *testing.T) {
 				wantStatus(t, "third check", err, codes.ResourceExhausted, -1)
 			}},
 		{"return error: the handler's error is the answer", func() Limiter { return newLimiter(t, failing{}, clock, "api", ratelimit.PerMinute(2)) },
-			[]Option{WithOutage(ratelimit.ReturnError), WithErrorHandler(func(_ context.Context, method string, err error) error {
+			[]Option{WithOutage(fallback.ReturnError), WithErrorHandler(func(_ context.Context, method string, err error) error {
 				return status.Errorf(codes.Aborted, "%s: %v", method, err)
 			})},
 			func(t *testing.T, client healthpb.HealthClient) {
@@ -232,23 +232,23 @@ func TestOutages(t *testing.T) {
 				}
 			}},
 		{"return error: a nil from the handler lets the call through", func() Limiter { return newLimiter(t, failing{}, clock, "api", ratelimit.PerMinute(2)) },
-			[]Option{WithOutage(ratelimit.ReturnError), WithErrorHandler(func(context.Context, string, error) error { return nil })},
+			[]Option{WithOutage(fallback.ReturnError), WithErrorHandler(func(context.Context, string, error) error { return nil })},
 			func(t *testing.T, client healthpb.HealthClient) {
 				hdr, _, err := check(client, context.Background())
 				ok(t, "check", err, hdr, false)
 			}},
 		{"return error without a handler: Unavailable", func() Limiter { return newLimiter(t, failing{}, clock, "api", ratelimit.PerMinute(2)) },
-			[]Option{WithOutage(ratelimit.ReturnError)},
+			[]Option{WithOutage(fallback.ReturnError)},
 			func(t *testing.T, client healthpb.HealthClient) {
 				_, _, err := check(client, context.Background())
 				wantStatus(t, "check", err, codes.Unavailable, time.Second)
 			}},
-		{"a fallback store's fail-closed denial is Unavailable, not ResourceExhausted", func() Limiter { return unenforced(ratelimit.FailClosed) }, nil,
+		{"a fallback store's fail-closed denial is Unavailable, not ResourceExhausted", func() Limiter { return unenforced(fallback.FailClosed) }, nil,
 			func(t *testing.T, client healthpb.HealthClient) {
 				_, _, err := check(client, context.Background())
 				wantStatus(t, "check", err, codes.Unavailable, time.Second)
 			}},
-		{"a fallback store's fail-open admission passes without fields", func() Limiter { return unenforced(ratelimit.FailOpen) }, nil,
+		{"a fallback store's fail-open admission passes without fields", func() Limiter { return unenforced(fallback.FailOpen) }, nil,
 			func(t *testing.T, client healthpb.HealthClient) {
 				hdr, _, err := check(client, context.Background())
 				ok(t, "check", err, hdr, false)
@@ -398,7 +398,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		{"no limiter and no method", nil, nil, "limiter must not be nil"},
 		{"a nil key function", lim, []Option{WithKey(nil)}, "key function must not be nil"},
 		{"a nil clock", lim, []Option{WithClock(nil)}, "clock must not be nil"},
-		{"an unknown outage", lim, []Option{WithOutage(ratelimit.Outage(9))}, "unknown outage behaviour 9"},
+		{"an unknown outage", lim, []Option{WithOutage(fallback.Outage(9))}, "unknown outage behaviour 9"},
 		{"a negative timeout", lim, []Option{WithTimeout(-time.Second)}, "timeout must not be negative"},
 		{"a method without its service", lim, []Option{WithMethod("Check", lim)}, `method "Check" must be`},
 		{"a method with too many parts", lim, []Option{WithMethod("/a/b/c", lim)}, `method "/a/b/c" must be`},

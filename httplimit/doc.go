@@ -70,7 +70,7 @@
 //
 // When the Limiter returns an error that is not the request's own (not an
 // invalid cost, not the client going away), the middleware applies one of
-// the behaviours named by ratelimit.Outage (WithOutage):
+// the behaviours named by fallback.Outage (WithOutage):
 //
 //   - FailClosed (the default): 503 Service Unavailable with Retry-After: 1.
 //   - FailOpen: the request is passed to the handler, without rate-limit

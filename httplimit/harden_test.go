@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -105,7 +106,7 @@ func TestChecksAreBounded(t *testing.T) {
 		code int
 	}{
 		{"by default, a hanging store costs at most DefaultTimeout", nil, DefaultTimeout + 2*time.Second, 503},
-		{"WithTimeout sets the bound, and the outage behaviour answers", []Option{WithTimeout(20 * time.Millisecond), WithOutage(ratelimit.FailOpen)}, 2 * time.Second, 200},
+		{"WithTimeout sets the bound, and the outage behaviour answers", []Option{WithTimeout(20 * time.Millisecond), WithOutage(fallback.FailOpen)}, 2 * time.Second, 200},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &clock{now: t0}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // SetHeaders sets on h the rate-limit headers of decision d, made under the
@@ -87,7 +88,7 @@ func fullAfter(l ratelimit.Limit, remaining int64) time.Duration {
 	missing := max(l.Capacity-remaining, 0)
 	// In lowest terms Validate bounds capacity * period in µs by 2^53: no
 	// overflow.
-	lo := l.Lowest()
+	lo := tokenbucket.Lowest(l)
 	us := (missing*lo.RefillPeriod.Microseconds() + lo.RefillTokens - 1) / lo.RefillTokens
 	return time.Duration(us) * time.Microsecond
 }
@@ -100,7 +101,7 @@ func window(l ratelimit.Limit) int64 {
 	}
 	// In lowest terms Validate bounds capacity * period in µs by 2^53: no
 	// overflow.
-	lo := l.Lowest()
+	lo := tokenbucket.Lowest(l)
 	us := lo.Capacity * lo.RefillPeriod.Microseconds()
 	us = (us + lo.RefillTokens - 1) / lo.RefillTokens
 	return max(1, (us+999_999)/1_000_000)

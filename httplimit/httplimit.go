@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -65,7 +66,7 @@ type Middleware struct {
 	key       KeyFunc
 	cost      CostFunc
 	name      string
-	outage    ratelimit.Outage
+	outage    fallback.Outage
 	passNoKey bool
 	json      bool
 	clock     func() time.Time
@@ -89,11 +90,11 @@ func WithCost(cost CostFunc) Option { return func(m *Middleware) { m.cost = cost
 func WithPolicyName(name string) Option { return func(m *Middleware) { m.name = name } }
 
 // WithOutage sets what happens when the Limiter cannot decide (default
-// ratelimit.FailClosed); see the package documentation.
-func WithOutage(o ratelimit.Outage) Option { return func(m *Middleware) { m.outage = o } }
+// fallback.FailClosed); see the package documentation.
+func WithOutage(o fallback.Outage) Option { return func(m *Middleware) { m.outage = o } }
 
 // WithErrorHandler sets the function that answers a request whose check
-// failed, under ratelimit.ReturnError. It must write the response. Without
+// failed, under fallback.ReturnError. It must write the response. Without
 // one, such a request gets 503 as under FailClosed.
 func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, err error)) Option {
 	return func(m *Middleware) { m.onError = h }
@@ -133,7 +134,7 @@ func New(lim Limiter, opts ...Option) (*Middleware, error) {
 		lim:     lim,
 		key:     ClientIP,
 		name:    DefaultPolicyName,
-		outage:  ratelimit.FailClosed,
+		outage:  fallback.FailClosed,
 		clock:   time.Now,
 		timeout: DefaultTimeout,
 	}
@@ -147,12 +148,12 @@ func New(lim Limiter, opts ...Option) (*Middleware, error) {
 		return nil, errors.New("httplimit: clock must not be nil")
 	case m.timeout <= 0:
 		return nil, fmt.Errorf("httplimit: timeout must be positive (got %v)", m.timeout)
-	case m.outage > ratelimit.LocalFallback:
+	case m.outage > fallback.LocalFallback:
 		return nil, fmt.Errorf("httplimit: unknown outage behaviour %d", m.outage)
 	case !validName(m.name):
 		return nil, fmt.Errorf("httplimit: policy name %q must be 1 to 64 printable ASCII characters", m.name)
 	}
-	if m.outage == ratelimit.LocalFallback {
+	if m.outage == fallback.LocalFallback {
 		m.local = memstore.New()
 	}
 	return m, nil
@@ -210,17 +211,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return
 		}
 		switch m.outage {
-		case ratelimit.FailOpen:
+		case fallback.FailOpen:
 			next.ServeHTTP(w, r)
 			return
-		case ratelimit.ReturnError:
+		case fallback.ReturnError:
 			if m.onError != nil {
 				m.onError(w, r, err)
 				return
 			}
 			m.unavailable(w)
 			return
-		case ratelimit.LocalFallback:
+		case fallback.LocalFallback:
 			d, err = m.local.Apply(r.Context(), key, ratelimit.Request{Limits: m.lim.Limits(), Cost: cost})
 			if err != nil {
 				m.unavailable(w)

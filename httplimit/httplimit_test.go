@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -326,13 +327,13 @@ func TestOutage(t *testing.T) {
 		{"the default fails closed with 503 and Retry-After", &failing{err: down, limits: policy}, nil,
 			[]int{503}, map[string]string{"Retry-After": "1", "RateLimit": ""}},
 		{"fail open passes without rate-limit headers", &failing{err: down, limits: policy},
-			[]Option{WithOutage(ratelimit.FailOpen)}, []int{200, 200, 200}, map[string]string{"RateLimit": "", "Retry-After": ""}},
+			[]Option{WithOutage(fallback.FailOpen)}, []int{200, 200, 200}, map[string]string{"RateLimit": "", "Retry-After": ""}},
 		{"local fallback limits from a local bucket with the same policy", &failing{err: down, limits: policy},
-			[]Option{WithOutage(ratelimit.LocalFallback)}, []int{200, 200, 429}, map[string]string{"RateLimit-Policy": `"default";q=2;w=60`}},
+			[]Option{WithOutage(fallback.LocalFallback)}, []int{200, 200, 429}, map[string]string{"RateLimit-Policy": `"default";q=2;w=60`}},
 		{"return error without a handler answers 503", &failing{err: down, limits: policy},
-			[]Option{WithOutage(ratelimit.ReturnError)}, []int{503}, nil},
+			[]Option{WithOutage(fallback.ReturnError)}, []int{503}, nil},
 		{"return error hands the error to the handler", &failing{err: down, limits: policy},
-			[]Option{WithOutage(ratelimit.ReturnError), WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+			[]Option{WithOutage(fallback.ReturnError), WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
 				w.Header().Set("X-Error", err.Error())
 				w.WriteHeader(502)
 			})}, []int{502}, map[string]string{"X-Error": down.Error()}},
@@ -372,7 +373,7 @@ func TestOutage(t *testing.T) {
 
 func TestCancelledClientIsNotAnOutage(t *testing.T) {
 	c := &clock{now: t0}
-	h := newMiddleware(t, &failing{err: context.Canceled}, c, WithOutage(ratelimit.FailOpen))
+	h := newMiddleware(t, &failing{err: context.Canceled}, c, WithOutage(fallback.FailOpen))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)

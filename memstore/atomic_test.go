@@ -12,6 +12,7 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/memstore"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 func item(key string, cost int64, limits ...ratelimit.Limit) ratelimit.BatchItem {
@@ -181,7 +182,7 @@ func TestApplyAllRefusesBadBatchesWholly(t *testing.T) {
 	}
 }
 
-// TestApplyAllEqualsStep holds ApplyAll equal to ratelimit.StepAll, the pure
+// TestApplyAllEqualsStep holds ApplyAll equal to tokenbucket.StepAll, the pure
 // all-or-nothing step, on random batches over buckets kept by a model.
 func TestApplyAllEqualsStep(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -189,7 +190,7 @@ func TestApplyAllEqualsStep(t *testing.T) {
 	s := memstore.New(memstore.WithClock(clock.Now))
 	ctx := context.Background()
 	keys := randomKeys()
-	model := map[string]ratelimit.State{}
+	model := map[string]tokenbucket.State{}
 	allowedBatches := 0
 	for round := range 3000 {
 		clock.Add(time.Duration(rng.IntN(300_000)) * time.Microsecond)
@@ -198,7 +199,7 @@ func TestApplyAllEqualsStep(t *testing.T) {
 		perm := rng.Perm(len(keys))[:n]
 		items := make([]ratelimit.BatchItem, n)
 		rs := make([]ratelimit.Request, n)
-		sts := make([]*ratelimit.State, n)
+		sts := make([]*tokenbucket.State, n)
 		for i, k := range perm {
 			limits := randomPolicies[rng.IntN(len(randomPolicies))]
 			minCap := limits[0].Capacity
@@ -208,10 +209,10 @@ func TestApplyAllEqualsStep(t *testing.T) {
 			rs[i] = ratelimit.Request{Limits: limits, Cost: 1 + rng.Int64N(minCap), Peek: rng.IntN(8) == 0}
 			items[i] = ratelimit.BatchItem{Key: keys[k], Request: rs[i]}
 			st := model[keys[k]]
-			sts[i] = &ratelimit.State{Last: st.Last, Bands: append([]ratelimit.Band(nil), st.Bands...)}
+			sts[i] = &tokenbucket.State{Last: st.Last, Bands: append([]tokenbucket.Band(nil), st.Bands...)}
 		}
 		want := make([]ratelimit.Decision, n)
-		if ratelimit.StepAll(sts, rs, us, want, make([]time.Duration, n)) {
+		if tokenbucket.StepAll(sts, rs, us, want, make([]time.Duration, n)) {
 			allowedBatches++
 			for i, it := range items {
 				model[it.Key] = *sts[i]

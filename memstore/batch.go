@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 var _ ratelimit.BatchStore = (*Store)(nil)
@@ -24,10 +26,10 @@ func (s *Store) ApplyBatch(ctx context.Context, items []ratelimit.BatchItem) {
 	}
 }
 
-var _ ratelimit.AtomicStore = (*Store)(nil)
+var _ ratelimit.BatchStore = (*Store)(nil)
 
 // ApplyAll decides items together, all or nothing (see
-// ratelimit.AtomicStore), with ratelimit.StepAll: it locks the shards of
+// ratelimit.BatchStore), with tokenbucket.StepAll: it locks the shards of
 // every item's bucket, each once and in a fixed order, and takes the costs
 // only when every item is allowed (a peek too, which takes nothing: it
 // needs a token). Otherwise it changes nothing, and each Decision is the one
@@ -49,14 +51,14 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 	if len(items) == 0 {
 		return nil
 	}
-	if err := ratelimit.ValidateAll(items); err != nil {
+	if err := tokenbucket.ValidateAll(items); err != nil {
 		return fmt.Errorf("memstore: %w", err)
 	}
 	clock := s.now()
 	us := clock
 	if now := items[0].Request.Now; !now.IsZero() {
 		us = now.UnixMicro()
-	} else if _, err := ratelimit.Micros(time.UnixMicro(us)); err != nil {
+	} else if _, err := tokenbucket.Micros(time.UnixMicro(us)); err != nil {
 		return fmt.Errorf("memstore: the store's clock: %w", err)
 	}
 
@@ -70,7 +72,7 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 	for i := range items {
 		c := &w.checks[i]
 		c.p = s.policyFor(items[i].Request.Limits)
-		c.prefix, c.subject = split(items[i].Key)
+		c.prefix, c.subject = keyfmt.Split(items[i].Key)
 		c.shard = s.shardIndex(c.prefix, c.subject)
 		shards |= 1 << c.shard
 		w.rs[i] = items[i].Request
@@ -87,7 +89,7 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 		w.states[i], c.e = sh.load(sh.spaces[c.prefix], c.subject, &w.bands[i])
 		w.sts[i] = &w.states[i]
 	}
-	if ratelimit.StepAll(w.sts, w.rs, us, w.ds, w.ttls) {
+	if tokenbucket.StepAll(w.sts, w.rs, us, w.ds, w.ttls) {
 		// Update the buckets there are before adding any, which may move
 		// them.
 		for _, adding := range []bool{false, true} {
@@ -120,9 +122,9 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 // call allocates nothing.
 type scratch struct {
 	checks []check
-	bands  [][ratelimit.MaxLimits]ratelimit.Band
-	states []ratelimit.State
-	sts    []*ratelimit.State
+	bands  [][tokenbucket.MaxLimits]tokenbucket.Band
+	states []tokenbucket.State
+	sts    []*tokenbucket.State
 	rs     []ratelimit.Request
 	ds     []ratelimit.Decision
 	ttls   []time.Duration

@@ -12,6 +12,7 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/memstore"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // randomKeys returns keys of every shape the store files differently: two
@@ -70,7 +71,7 @@ func TestApplyEqualsStep(t *testing.T) {
 			s := memstore.New(memstore.WithClock(storeClock))
 			ctx := context.Background()
 			keys := randomKeys()
-			model := map[string]*ratelimit.State{}
+			model := map[string]*tokenbucket.State{}
 			now := storetest.Start
 			for i := range 40_000 {
 				// Mostly a few neighbouring keys at a time (subjects that
@@ -113,7 +114,7 @@ func TestApplyEqualsStep(t *testing.T) {
 				}
 				st := model[key]
 				if st == nil {
-					st = &ratelimit.State{}
+					st = &tokenbucket.State{}
 				}
 				us := now.UnixMicro()
 				want, _, write := st.Step(r, us)

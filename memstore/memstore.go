@@ -43,6 +43,8 @@ import (
 	"unsafe"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // shardCount is the number of shards, 1<<shardBits.
@@ -73,7 +75,7 @@ type Store struct {
 // policyKey is a policy in comparable form: its limits, zero beyond n.
 type policyKey struct {
 	n int
-	l [ratelimit.MaxLimits]ratelimit.Limit
+	l [tokenbucket.MaxLimits]ratelimit.Limit
 }
 
 // policy is a validated policy, kept once per store and shared by the
@@ -209,34 +211,15 @@ func New(opts ...Option) *Store {
 // cancelled context is an error: the decision itself never blocks. The store
 // keeps a copy of key, never key itself.
 func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
-	prefix, subject := split(key)
+	prefix, subject := keyfmt.Split(key)
 	return s.ApplySplit(ctx, prefix, subject, r)
-}
-
-// split cuts a Limiter's key, "<len(ns)>:<ns>:<subject>", after its prefix.
-// Any other key is all subject, with the empty prefix.
-func split(key string) (prefix, subject string) {
-	i := 0
-	n := 0
-	for i < len(key) && i < 10 && key[i] >= '0' && key[i] <= '9' {
-		n = n*10 + int(key[i]-'0')
-		i++
-	}
-	if i == 0 || i >= len(key) || key[i] != ':' {
-		return "", key
-	}
-	end := i + 1 + n
-	if end >= len(key) || key[end] != ':' {
-		return "", key
-	}
-	return key[:end+1], key[end+1:]
 }
 
 // ApplySplit is Apply on the key prefix+subject, without joining them: the
 // store keeps prefix once for all its buckets. Limiter uses it (see
-// ratelimit.SplitKeyStore), so it is the one function a check runs through.
+// splitStore), so it is the one function a check runs through.
 func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
-	if p, rest := split(prefix); p != prefix || rest != "" {
+	if p, rest := keyfmt.Split(prefix); p != prefix || rest != "" {
 		// Not a Limiter's length-framed prefix: file the key as Apply would.
 		return s.Apply(ctx, prefix+subject, r)
 	}
@@ -250,11 +233,11 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 	if !r.Now.IsZero() {
 		us = r.Now.UnixMicro()
 	}
-	if us < 0 || us > ratelimit.MaxTime {
+	if us < 0 || us > tokenbucket.MaxTime {
 		if err := r.Validate(); err != nil {
 			return ratelimit.Decision{}, err
 		}
-		_, err := ratelimit.Micros(time.UnixMicro(us))
+		_, err := tokenbucket.Micros(time.UnixMicro(us))
 		return ratelimit.Decision{}, err
 	}
 
@@ -270,7 +253,7 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 		sh.mu.Unlock()
 		return ratelimit.Decision{}, r.Validate()
 	}
-	var bands [ratelimit.MaxLimits]ratelimit.Band
+	var bands [tokenbucket.MaxLimits]tokenbucket.Band
 	sp := sh.last
 	if sp == nil || sp.prefix != prefix {
 		sp = sh.spaces[prefix]
@@ -299,8 +282,8 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 			e.last, e.level, e.expires = b.last, b.level, s.expiry(clock, ttl)
 			sh.last = sp
 		default:
-			bands[0] = ratelimit.Band{Limit: r.Limits[0], Level: b.level}
-			st := ratelimit.State{Last: b.last, Bands: bands[:1]}
+			bands[0] = tokenbucket.Band{Limit: r.Limits[0], Level: b.level}
+			st := tokenbucket.State{Last: b.last, Bands: bands[:1]}
 			s.store(sh, sp, prefix, subject, st, p, e, s.expiry(clock, ttl))
 		}
 	} else {
@@ -376,15 +359,15 @@ func (sp *space) find(subject string) *entry {
 
 // load reads the bucket of subject in sp (which may be nil) into a State
 // whose Bands use bands, and returns its entry, or nil when there is none.
-func (sh *shard) load(sp *space, subject string, bands *[ratelimit.MaxLimits]ratelimit.Band) (ratelimit.State, *entry) {
+func (sh *shard) load(sp *space, subject string, bands *[tokenbucket.MaxLimits]tokenbucket.Band) (tokenbucket.State, *entry) {
 	e := sp.find(subject)
 	if e == nil {
-		return ratelimit.State{Bands: bands[:0]}, nil
+		return tokenbucket.State{Bands: bands[:0]}, nil
 	}
 	limits := sh.pols[e.pol].p.limits
-	bands[0] = ratelimit.Band{Limit: limits[0], Level: e.level}
+	bands[0] = tokenbucket.Band{Limit: limits[0], Level: e.level}
 	if len(limits) > 1 {
-		var more [ratelimit.MaxLimits - 1]int64
+		var more [tokenbucket.MaxLimits - 1]int64
 		switch {
 		case len(subject) <= maxShort:
 			more = sp.short.extra[shortKey(subject)]
@@ -394,16 +377,16 @@ func (sh *shard) load(sp *space, subject string, bands *[ratelimit.MaxLimits]rat
 			more = sp.long.extra[subject]
 		}
 		for i := 1; i < len(limits); i++ {
-			bands[i] = ratelimit.Band{Limit: limits[i], Level: more[i-1]}
+			bands[i] = tokenbucket.Band{Limit: limits[i], Level: more[i-1]}
 		}
 	}
-	return ratelimit.State{Last: e.last, Bands: bands[:len(limits)]}, e
+	return tokenbucket.State{Last: e.last, Bands: bands[:len(limits)]}, e
 }
 
 // store writes st, decided under policy p, as the bucket of subject in sp,
 // making the space when sp is nil. e is the entry load returned: the bucket
 // is updated in place, or added when e is nil.
-func (s *Store) store(sh *shard, sp *space, prefix, subject string, st ratelimit.State, p *policy, e *entry, expires uint32) {
+func (s *Store) store(sh *shard, sp *space, prefix, subject string, st tokenbucket.State, p *policy, e *entry, expires uint32) {
 	if sp == nil {
 		sp = &space{prefix: strings.Clone(prefix)}
 		sh.spaces[sp.prefix] = sp
@@ -411,7 +394,7 @@ func (s *Store) store(sh *shard, sp *space, prefix, subject string, st ratelimit
 	}
 	sh.last = sp
 	multi := len(st.Bands) > 1
-	var more [ratelimit.MaxLimits - 1]int64
+	var more [tokenbucket.MaxLimits - 1]int64
 	for i := 1; i < len(st.Bands); i++ {
 		more[i-1] = st.Bands[i].Level
 	}
@@ -479,7 +462,7 @@ func (sh *shard) find(limits []ratelimit.Limit) (uint32, bool) {
 		i, ok := sh.one[limits[0]]
 		return i, ok
 	}
-	if len(limits) == 0 || len(limits) > ratelimit.MaxLimits {
+	if len(limits) == 0 || len(limits) > tokenbucket.MaxLimits {
 		return 0, false
 	}
 	k := policyKey{n: len(limits)}
@@ -493,7 +476,7 @@ func (sh *shard) find(limits []ratelimit.Limit) (uint32, bool) {
 // to it; a policy found but not yet referred to may be dropped from the index
 // meanwhile, and is then still good to use.
 func (s *Store) policyFor(limits []ratelimit.Limit) *policy {
-	if len(limits) == 0 || len(limits) > ratelimit.MaxLimits {
+	if len(limits) == 0 || len(limits) > tokenbucket.MaxLimits {
 		return nil
 	}
 	k := policyKey{n: len(limits)}
@@ -664,7 +647,7 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	prefix, subject := split(key)
+	prefix, subject := keyfmt.Split(key)
 	sh := s.shardOf(prefix, subject)
 	sh.mu.Lock()
 	if sp := sh.spaces[prefix]; sp != nil {

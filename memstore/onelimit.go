@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // lowest is a limit in lowest terms, the form Step counts in: a bucket of c
@@ -14,7 +15,7 @@ import (
 type lowest struct{ c, r, p int64 }
 
 func lowestOf(l ratelimit.Limit) lowest {
-	k := l.Lowest()
+	k := tokenbucket.Lowest(l)
 	return lowest{k.Capacity, k.RefillTokens, int64(k.RefillPeriod / time.Microsecond)}
 }
 
@@ -83,7 +84,7 @@ func stepOne(d *ratelimit.Decision, k lowest, l ratelimit.Limit, cost int64, pee
 	if write {
 		*b = scalar{found: true, last: t0, level: level}
 	}
-	return ratelimit.TTL(reset), write
+	return tokenbucket.TTL(reset), write
 }
 
 // refills reports whether elapsed µs at tokens per µs refill missing:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // randomLimit returns a valid limit: periods from a microsecond to 30 days,
@@ -15,10 +16,10 @@ func randomLimit(rng *rand.Rand) ratelimit.Limit {
 	periods := []int64{1, 3, 1000, 999_983, 1_000_000, 60_000_000, 3_600_000_000, 86_400_000_000, 30 * 86_400_000_000}
 	for {
 		p := periods[rng.IntN(len(periods))]
-		tokens := []int64{1, 3, 10, 1000, 1 + rng.Int64N(1e6), p, 2 * p, ratelimit.MaxExact}
+		tokens := []int64{1, 3, 10, 1000, 1 + rng.Int64N(1e6), p, 2 * p, tokenbucket.MaxExact}
 		l := ratelimit.Limit{RefillTokens: tokens[rng.IntN(len(tokens))], RefillPeriod: time.Duration(p) * time.Microsecond}
-		low := l.Lowest()
-		maxCap := min(int64(ratelimit.MaxExact), int64(ratelimit.MaxExact)/int64(low.RefillPeriod/time.Microsecond))
+		low := tokenbucket.Lowest(l)
+		maxCap := min(int64(tokenbucket.MaxExact), int64(tokenbucket.MaxExact)/int64(low.RefillPeriod/time.Microsecond))
 		caps := []int64{1, 2, 7, 1000, 1 + rng.Int64N(min(maxCap, 1e6)), maxCap}
 		l.Capacity = min(caps[rng.IntN(len(caps))], maxCap)
 		if l.Validate() == nil {
@@ -33,7 +34,7 @@ func sameRate(rng *rand.Rand, l ratelimit.Limit) ratelimit.Limit {
 	if rng.IntN(2) == 0 {
 		return l
 	}
-	low := l.Lowest()
+	low := tokenbucket.Lowest(l)
 	if m := (ratelimit.Limit{Capacity: l.Capacity, RefillTokens: low.RefillTokens * 2, RefillPeriod: low.RefillPeriod * 2}); m.Validate() == nil {
 		return m
 	}
@@ -87,9 +88,9 @@ func TestStepOneEqualsStep(t *testing.T) {
 			}
 		}
 
-		st := ratelimit.State{}
+		st := tokenbucket.State{}
 		if found {
-			st = ratelimit.State{Last: last, Bands: []ratelimit.Band{{Limit: b, Level: level}}}
+			st = tokenbucket.State{Last: last, Bands: []tokenbucket.Band{{Limit: b, Level: level}}}
 		}
 		wantD, wantTTL, wantWrite := st.Step(r, now)
 		var d ratelimit.Decision
@@ -100,7 +101,7 @@ func TestStepOneEqualsStep(t *testing.T) {
 			t.Fatalf("case %d: bucket of %v (found %v, last %d, level %d), request %+v at %d:\nstepOne %+v %v %v\nStep    %+v %v %v",
 				i, b, found, last, level, r, now, d, ttl, write, wantD, wantTTL, wantWrite)
 		}
-		if write && (gotLast != st.Last || len(st.Bands) != 1 || st.Bands[0] != (ratelimit.Band{Limit: l, Level: gotLevel})) {
+		if write && (gotLast != st.Last || len(st.Bands) != 1 || st.Bands[0] != (tokenbucket.Band{Limit: l, Level: gotLevel})) {
 			t.Fatalf("case %d: bucket of %v (found %v, last %d, level %d), request %+v at %d: stepOne leaves last %d level %d, Step %+v",
 				i, b, found, last, level, r, now, gotLast, gotLevel, st)
 		}

@@ -1,6 +1,6 @@
 package memstore
 
-import "github.com/exactlimit/ratelimit"
+import "github.com/exactlimit/ratelimit/tokenbucket"
 
 // table holds buckets by subject: a map from the subject to an index in a
 // slice of entries, so that a check finds its bucket with one map lookup and
@@ -12,7 +12,7 @@ type table[K comparable] struct {
 	free []uint32 // indexes of ents that no subject uses
 	// extra holds the levels of the second and later limits of buckets
 	// written by a policy of several limits.
-	extra map[K][ratelimit.MaxLimits - 1]int64
+	extra map[K][tokenbucket.MaxLimits - 1]int64
 }
 
 // entry is one bucket: 24 bytes.
@@ -50,10 +50,10 @@ func (t *table[K]) insert(k K, e entry) {
 
 // setExtra stores k's levels beyond the first when multi, and deletes them
 // otherwise.
-func (t *table[K]) setExtra(k K, more *[ratelimit.MaxLimits - 1]int64, multi bool) {
+func (t *table[K]) setExtra(k K, more *[tokenbucket.MaxLimits - 1]int64, multi bool) {
 	if multi {
 		if t.extra == nil {
-			t.extra = make(map[K][ratelimit.MaxLimits - 1]int64)
+			t.extra = make(map[K][tokenbucket.MaxLimits - 1]int64)
 		}
 		t.extra[k] = *more
 	} else if t.extra != nil {

@@ -27,6 +27,8 @@ import (
 	"sync"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -142,11 +144,11 @@ func (o *Observer) ObserveDecision(ctx context.Context, e ratelimit.DecisionEven
 // "corrupt_state", "canceled", "deadline" or "store".
 func (o *Observer) ObserveError(ctx context.Context, e ratelimit.ErrorEvent) {
 	o.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("namespace", e.Namespace),
-		attribute.String("op", e.Op.String()), attribute.String("reason", reason(e.Err))))
+		attribute.String("op", e.Op), attribute.String("reason", reason(e.Err))))
 }
 
 // ObserveFallback records a fallback store's change of state.
-func (o *Observer) ObserveFallback(ctx context.Context, e ratelimit.FallbackEvent) {
+func (o *Observer) ObserveFallback(ctx context.Context, e fallback.Event) {
 	up, state := int64(0), "down"
 	if e.Alive {
 		up, state = 1, "up"
@@ -160,7 +162,7 @@ func reason(err error) string {
 	switch {
 	case errors.Is(err, ratelimit.ErrInvalidArgument):
 		return "invalid_argument"
-	case errors.Is(err, ratelimit.ErrCorruptState):
+	case errors.Is(err, tokenbucket.ErrCorruptState):
 		return "corrupt_state"
 	case errors.Is(err, context.Canceled):
 		return "canceled"

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/otelobserver"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -108,12 +110,12 @@ func TestObserver(t *testing.T) {
 	l.TryAcquire(ctx, "a")
 	l.Peek(ctx, "a")
 	l.TryAcquireN(ctx, "a", 3)
-	obs.ObserveError(ctx, ratelimit.ErrorEvent{Namespace: "api", Op: ratelimit.OpReset, Err: fmt.Errorf("x: %w", context.DeadlineExceeded)})
-	obs.ObserveError(ctx, ratelimit.ErrorEvent{Namespace: "api", Op: ratelimit.OpAcquire, Err: errors.New("refused")})
-	obs.ObserveError(ctx, ratelimit.ErrorEvent{Namespace: "api", Op: ratelimit.OpAcquire, Err: ratelimit.ErrCorruptState})
-	obs.ObserveError(ctx, ratelimit.ErrorEvent{Namespace: "api", Op: ratelimit.OpAcquire, Err: context.Canceled})
-	obs.ObserveFallback(ctx, ratelimit.FallbackEvent{Partition: "m1", At: storetest.Start})
-	obs.ObserveFallback(ctx, ratelimit.FallbackEvent{Partition: "m1", Alive: true, At: storetest.Start.Add(time.Second)})
+	obs.ObserveError(ctx, ratelimit.ErrorEvent{Namespace: "api", Op: "reset", Err: fmt.Errorf("x: %w", context.DeadlineExceeded)})
+	obs.ObserveError(ctx, ratelimit.ErrorEvent{Namespace: "api", Op: "acquire", Err: errors.New("refused")})
+	obs.ObserveError(ctx, ratelimit.ErrorEvent{Namespace: "api", Op: "acquire", Err: tokenbucket.ErrCorruptState})
+	obs.ObserveError(ctx, ratelimit.ErrorEvent{Namespace: "api", Op: "acquire", Err: context.Canceled})
+	obs.ObserveFallback(ctx, fallback.Event{Partition: "m1", At: storetest.Start})
+	obs.ObserveFallback(ctx, fallback.Event{Partition: "m1", Alive: true, At: storetest.Start.Add(time.Second)})
 	obs.ObserveDecision(ctx, ratelimit.DecisionEvent{Namespace: "api", Cost: 1, Decision: ratelimit.Decision{Source: 42}})
 	want := `ratelimit.decision.duration{namespace=api,source=cache} 1
 ratelimit.decision.duration{namespace=api,source=store} 3

@@ -43,6 +43,8 @@ import (
 	"sync"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -206,11 +208,11 @@ func (o *Observer) ObserveDecision(_ context.Context, e ratelimit.DecisionEvent)
 
 // ObserveError counts an error by its reason.
 func (o *Observer) ObserveError(_ context.Context, e ratelimit.ErrorEvent) {
-	o.errors.WithLabelValues(e.Namespace, e.Op.String(), Reason(e.Err)).Inc()
+	o.errors.WithLabelValues(e.Namespace, e.Op, Reason(e.Err)).Inc()
 }
 
 // ObserveFallback records a fallback store's change of state.
-func (o *Observer) ObserveFallback(_ context.Context, e ratelimit.FallbackEvent) {
+func (o *Observer) ObserveFallback(_ context.Context, e fallback.Event) {
 	up, state := 0.0, "down"
 	if e.Alive {
 		up, state = 1, "up"
@@ -225,7 +227,7 @@ func Reason(err error) string {
 	switch {
 	case errors.Is(err, ratelimit.ErrInvalidArgument):
 		return "invalid_argument"
-	case errors.Is(err, ratelimit.ErrCorruptState):
+	case errors.Is(err, tokenbucket.ErrCorruptState):
 		return "corrupt_state"
 	case errors.Is(err, context.Canceled):
 		return "canceled"

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/promobserver"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -134,7 +136,7 @@ func TestErrors(t *testing.T) {
 		reason string
 	}{
 		{fmt.Errorf("x: %w", ratelimit.ErrInvalidArgument), "invalid_argument"},
-		{fmt.Errorf("x: %w", ratelimit.ErrCorruptState), "corrupt_state"},
+		{fmt.Errorf("x: %w", tokenbucket.ErrCorruptState), "corrupt_state"},
 		{fmt.Errorf("redis: %w", context.Canceled), "canceled"},
 		{context.DeadlineExceeded, "deadline"},
 		{errors.New("dial tcp: connection refused"), "store"},
@@ -144,9 +146,9 @@ func TestErrors(t *testing.T) {
 		if got := promobserver.Reason(tt.err); got != tt.reason {
 			t.Errorf("Reason(%v) = %q, want %q", tt.err, got, tt.reason)
 		}
-		obs.ObserveError(context.Background(), ratelimit.ErrorEvent{Namespace: "api", Op: ratelimit.OpAcquire, Err: tt.err})
+		obs.ObserveError(context.Background(), ratelimit.ErrorEvent{Namespace: "api", Op: "acquire", Err: tt.err})
 	}
-	obs.ObserveError(context.Background(), ratelimit.ErrorEvent{Namespace: "api", Op: ratelimit.OpReset, Err: errors.New("down")})
+	obs.ObserveError(context.Background(), ratelimit.ErrorEvent{Namespace: "api", Op: "reset", Err: errors.New("down")})
 	err := testutil.CollectAndCompare(obs, strings.NewReader(`
 # HELP ratelimit_errors_total Rate limit checks and resets that returned an error, by namespace, operation and reason.
 # TYPE ratelimit_errors_total counter
@@ -165,9 +167,9 @@ ratelimit_errors_total{namespace="api",op="reset",reason="store"} 1
 func TestFallbackState(t *testing.T) {
 	obs := promobserver.New()
 	at := storetest.Start
-	obs.ObserveFallback(context.Background(), ratelimit.FallbackEvent{Partition: "10.0.0.1:6379", Outage: ratelimit.LocalFallback, Cause: errors.New("refused"), At: at})
-	obs.ObserveFallback(context.Background(), ratelimit.FallbackEvent{Partition: "10.0.0.1:6379", Alive: true, Outage: ratelimit.LocalFallback, At: at.Add(time.Second)})
-	obs.ObserveFallback(context.Background(), ratelimit.FallbackEvent{Partition: "10.0.0.2:6379", Outage: ratelimit.LocalFallback, At: at})
+	obs.ObserveFallback(context.Background(), fallback.Event{Partition: "10.0.0.1:6379", Outage: fallback.LocalFallback, Cause: errors.New("refused"), At: at})
+	obs.ObserveFallback(context.Background(), fallback.Event{Partition: "10.0.0.1:6379", Alive: true, Outage: fallback.LocalFallback, At: at.Add(time.Second)})
+	obs.ObserveFallback(context.Background(), fallback.Event{Partition: "10.0.0.2:6379", Outage: fallback.LocalFallback, At: at})
 	err := testutil.CollectAndCompare(obs, strings.NewReader(`
 # HELP ratelimit_primary_transitions_total Changes of a fallback store's primary between up and down, by partition and new state.
 # TYPE ratelimit_primary_transitions_total counter

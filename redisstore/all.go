@@ -2,15 +2,16 @@ package redisstore
 
 import (
 	"context"
-	"strings"
 	"sync"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
-var _ ratelimit.AtomicStore = (*Store)(nil)
+var _ ratelimit.BatchStore = (*Store)(nil)
 
-// ApplyAll decides items as one, all or nothing (see ratelimit.AtomicStore):
+// ApplyAll decides items as one, all or nothing (see ratelimit.BatchStore):
 // every cost is taken when every item's bucket holds it, and none otherwise.
 // The items are decided at one time, so their Request.Now must be equal (the
 // zero Time: the server's TIME).
@@ -29,7 +30,7 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 	for i := range items {
 		items[i].Decision, items[i].Err = ratelimit.Decision{}, nil
 	}
-	if err := ratelimit.ValidateAll(items); err != nil {
+	if err := tokenbucket.ValidateAll(items); err != nil {
 		return err
 	}
 	switch len(items) {
@@ -54,7 +55,7 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 		bySlot := map[uint16]int{}
 		groups = groups[:0]
 		for i := range items {
-			sl := Slot(items[i].Key)
+			sl := keyfmt.Slot(items[i].Key)
 			g, ok := bySlot[sl]
 			if !ok {
 				g = len(groups)
@@ -132,27 +133,4 @@ func (s *Store) evalAll(ctx context.Context, items []*ratelimit.BatchItem, dry b
 		it.Decision, it.Err = d, nil
 	}
 	return nil
-}
-
-// Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of the key,
-// or of its hash tag (the part between the first "{" and the next "}", when
-// not empty), modulo 16384.
-func Slot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for k := 0; k < len(key); k++ {
-		crc ^= uint16(key[k]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/exactlimit/ratelimit/internal/redistest"
 	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // TestApplyAll checks all or nothing on a single server and on Cluster, with
@@ -32,19 +33,19 @@ func TestApplyAll(t *testing.T) {
 			item := func(key string, limits []ratelimit.Limit, cost int64) ratelimit.BatchItem {
 				return ratelimit.BatchItem{Key: key, Request: ratelimit.Request{Limits: limits, Cost: cost, Now: now}}
 			}
-			var pure [4]ratelimit.State
+			var pure [4]tokenbucket.State
 			check := func(what string, items []ratelimit.BatchItem, idx []int, wantAll bool) {
 				t.Helper()
 				if err := store.ApplyAll(ctx, items); err != nil {
 					t.Fatalf("%s: %v", what, err)
 				}
-				sts := make([]*ratelimit.State, len(items))
+				sts := make([]*tokenbucket.State, len(items))
 				rs := make([]ratelimit.Request, len(items))
 				for i, it := range items {
 					sts[i], rs[i] = &pure[idx[i]], it.Request
 				}
 				ds := make([]ratelimit.Decision, len(items))
-				all := ratelimit.StepAll(sts, rs, now.UnixMicro(), ds, make([]time.Duration, len(items)))
+				all := tokenbucket.StepAll(sts, rs, now.UnixMicro(), ds, make([]time.Duration, len(items)))
 				if all != wantAll {
 					t.Fatalf("%s: StepAll says %v, want %v", what, all, wantAll)
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,7 +64,7 @@ func TestCoalescingSendsConcurrentChecksTogether(t *testing.T) {
 	srv, _ := standalone(t)
 	ctx := context.Background()
 	client, hook := hookedClient(t, srv)
-	l, _ := ratelimit.New[int](redisstore.New(client), ratelimit.PerHour(300), ratelimit.WithClock(func() time.Time { return storetest.Start }))
+	l, _ := ratelimit.NewEncoded(redisstore.New(client), strconv.Itoa, []ratelimit.Limit{ratelimit.PerHour(300)}, ratelimit.WithClock(func() time.Time { return storetest.Start }))
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	const workers, each = 32, 40

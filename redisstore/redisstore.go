@@ -25,7 +25,7 @@
 //
 // A store that cannot be reached returns the client's error, wrapped with the
 // key; there is no fallback here (see package fallback). A malformed bucket
-// returns an error wrapping ratelimit.ErrCorruptState and grants nothing.
+// returns an error wrapping tokenbucket.ErrCorruptState and grants nothing.
 package redisstore
 
 import (

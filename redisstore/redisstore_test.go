@@ -18,6 +18,7 @@ import (
 	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,7 +44,7 @@ func TestSuiteCluster(t *testing.T) {
 
 	t.Run("subjects spread over every master, one key each", func(t *testing.T) {
 		ctx := context.Background()
-		l, err := ratelimit.New[int](store, ratelimit.PerMinute(10), ratelimit.WithNamespace("spread"))
+		l, err := ratelimit.NewEncoded(store, strconv.Itoa, []ratelimit.Limit{ratelimit.PerMinute(10)}, ratelimit.WithNamespace("spread"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +123,7 @@ func TestScriptChecksTheSameRulesInTheSameWords(t *testing.T) {
 		{"nine limits", ratelimit.Request{Limits: make([]ratelimit.Limit, 9), Cost: 1}, rawArgs("", 1, [3]int64{1, 1, 1}, [3]int64{1, 1, 1}, [3]int64{1, 1, 1}, [3]int64{1, 1, 1}, [3]int64{1, 1, 1}, [3]int64{1, 1, 1}, [3]int64{1, 1, 1}, [3]int64{1, 1, 1}, [3]int64{1, 1, 1})},
 		{"second limit invalid", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5), lim(5, 0, time.Second)}, Cost: 1}, rawArgs("", 1, [3]int64{5, 1, 200000}, [3]int64{5, 0, sec})},
 		{"time before the epoch", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 1, Now: time.UnixMicro(-1)}, rawArgs(-1, 1, [3]int64{5, 1, 200000})},
-		{"time too late", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 1, Now: time.UnixMicro(ratelimit.MaxTime + 1)}, rawArgs(ratelimit.MaxTime+1, 1, [3]int64{5, 1, 200000})},
+		{"time too late", ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 1, Now: time.UnixMicro(tokenbucket.MaxTime + 1)}, rawArgs(tokenbucket.MaxTime+1, 1, [3]int64{5, 1, 200000})},
 	}
 	rule := func(err error) string {
 		msg := err.Error()
@@ -146,7 +147,7 @@ func TestScriptChecksTheSameRulesInTheSameWords(t *testing.T) {
 	for _, argv := range [][]any{
 		rawArgs("", 1, [3]int64{int64(1) << 53, int64(1) << 53, 1}),
 		rawArgs("", 1, [3]int64{1, 1, int64(1) << 53}),
-		rawArgs(ratelimit.MaxTime, 1, [3]int64{1, 1, 1}),
+		rawArgs(tokenbucket.MaxTime, 1, [3]int64{1, 1, 1}),
 		rawArgs(0, -1, [3]int64{1, 1, 1}),
 	} {
 		if _, err := exec(ctx, client, "twin-ok", argv...); err != nil {
@@ -172,7 +173,7 @@ func TestScriptChecksTheSameRulesInTheSameWords(t *testing.T) {
 
 // encodeState writes a bucket in the script's stored format: last, then per
 // band its level and its limit as given (see the header of tokenbucket.lua).
-func encodeState(last int64, bands ...ratelimit.Band) string {
+func encodeState(last int64, bands ...tokenbucket.Band) string {
 	b := appendUint7(nil, last)
 	for _, band := range bands {
 		b = appendUint7(b, band.Level)
@@ -185,9 +186,9 @@ func encodeState(last int64, bands ...ratelimit.Band) string {
 
 // lowest returns a band of limit in lowest terms holding tokens whole tokens
 // and frac of the next in units of 1/p, as the script stores it.
-func lowest(limit ratelimit.Limit, tokens, frac int64) ratelimit.Band {
-	lo := limit.Lowest()
-	return ratelimit.Band{Limit: lo, Level: tokens*lo.RefillPeriod.Microseconds() + frac}
+func lowest(limit ratelimit.Limit, tokens, frac int64) tokenbucket.Band {
+	lo := tokenbucket.Lowest(limit)
+	return tokenbucket.Band{Limit: lo, Level: tokens*lo.RefillPeriod.Microseconds() + frac}
 }
 
 func appendUint7(b []byte, v int64) []byte {
@@ -229,7 +230,7 @@ func TestStoredFormat(t *testing.T) {
 	}
 	// A bucket written in other terms is another policy's: converted, its
 	// whole tokens and its part of a token carried over.
-	client.Set(ctx, l.Key("o"), encodeState(now.UnixMicro(), ratelimit.Band{Limit: limit, Level: 5*1_000_000 + 500_000}), time.Minute)
+	client.Set(ctx, l.Key("o"), encodeState(now.UnixMicro(), tokenbucket.Band{Limit: limit, Level: 5*1_000_000 + 500_000}), time.Minute)
 	if d, err := l.Peek(ctx, "o"); err != nil || d.Remaining != 5 || !d.Converted {
 		t.Fatalf("a bucket in other terms: %+v %v", d, err)
 	}
@@ -242,8 +243,8 @@ func TestMalformedStateIsAnErrorAndGrantsNothing(t *testing.T) {
 	l, _ := ratelimit.New[string](redisstore.New(client), limit)
 	now := time.Now().UnixMicro()
 	ok := lowest(limit, 5, 0)
-	band := func(level, c, r int64, p time.Duration) ratelimit.Band {
-		return ratelimit.Band{Limit: ratelimit.Limit{Capacity: c, RefillTokens: r, RefillPeriod: p}, Level: level}
+	band := func(level, c, r int64, p time.Duration) tokenbucket.Band {
+		return tokenbucket.Band{Limit: ratelimit.Limit{Capacity: c, RefillTokens: r, RefillPeriod: p}, Level: level}
 	}
 	valid := encodeState(now, ok)
 	for _, bad := range []string{
@@ -254,7 +255,7 @@ func TestMalformedStateIsAnErrorAndGrantsNothing(t *testing.T) {
 		valid[:15],                           // a level and no limit
 		valid[:len(valid)-1],                 // a truncated varint
 		valid + "\x00",                       // a trailing byte
-		encodeState(ratelimit.MaxTime+1, ok),
+		encodeState(tokenbucket.MaxTime+1, ok),
 		encodeState(now, band(10_000_001, 10, 10, time.Second)),
 		encodeState(now, band(5, 0, 10, time.Second)),
 		encodeState(now, band(5, 10, 0, time.Second)),
@@ -268,7 +269,7 @@ func TestMalformedStateIsAnErrorAndGrantsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		d, err := l.TryAcquire(ctx, "s")
-		if !errors.Is(err, ratelimit.ErrCorruptState) || d.Allowed {
+		if !errors.Is(err, tokenbucket.ErrCorruptState) || d.Allowed {
 			t.Errorf("stored %q: got %+v, %v; want an error wrapping ErrCorruptState", bad, d, err)
 		}
 		if got, _ := client.Get(ctx, key).Result(); got != bad {
@@ -277,7 +278,7 @@ func TestMalformedStateIsAnErrorAndGrantsNothing(t *testing.T) {
 	}
 	client.Del(ctx, l.Key("s"))
 	client.HSet(ctx, l.Key("s"), "tokens", 10)
-	if _, err := l.TryAcquire(ctx, "s"); !errors.Is(err, ratelimit.ErrCorruptState) {
+	if _, err := l.TryAcquire(ctx, "s"); !errors.Is(err, tokenbucket.ErrCorruptState) {
 		t.Errorf("a hash at the key: err = %v, want ErrCorruptState", err)
 	}
 }
@@ -454,8 +455,8 @@ func TestUnreachableServerIsAnError(t *testing.T) {
 	if err == nil || d.Allowed {
 		t.Fatalf("check against a dead server = %+v, %v; want an error", d, err)
 	}
-	if errors.Is(err, ratelimit.ErrInvalidArgument) || errors.Is(err, ratelimit.ErrCorruptState) ||
-		!strings.Contains(err.Error(), `namespace "ratelimit"`) || strings.Contains(err.Error(), l.Key("s")) {
+	if errors.Is(err, ratelimit.ErrInvalidArgument) || errors.Is(err, tokenbucket.ErrCorruptState) ||
+		!strings.Contains(err.Error(), `namespace "default"`) || strings.Contains(err.Error(), l.Key("s")) {
 		t.Fatalf("err = %v; want a connection error that names the namespace, not the key", err)
 	}
 	if err := l.Reset(ctx, "s"); err == nil {
@@ -501,7 +502,7 @@ func TestDifferential(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	for seq := range *differentialSequences {
 		key := fmt.Sprintf("diff-%d", seq)
-		var pure ratelimit.State
+		var pure tokenbucket.State
 		now := storetest.Start.UnixMicro()
 		policy := policies[rng.IntN(len(policies))]
 		for step := range 60 {
@@ -531,7 +532,7 @@ func TestDifferential(t *testing.T) {
 			what := fmt.Sprintf("seq %d step %d (%+v at %d)", seq, step, r, now)
 			switch x := rng.IntN(100); {
 			case x < 4:
-				pure = ratelimit.State{}
+				pure = tokenbucket.State{}
 				if err := ms.Reset(ctx, key); err != nil {
 					t.Fatal(err)
 				}

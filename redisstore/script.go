@@ -2,20 +2,20 @@ package redisstore
 
 import (
 	"crypto/sha1"
-	"crypto/sha256"
 	_ "embed"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // Script is the body of tokenbucket.lua, the Redis twin of ratelimit's Step
@@ -118,7 +118,7 @@ func policyArg(limits []ratelimit.Limit) any {
 // signature and the signature, its capacity, refill tokens and refill period
 // (µs) in lowest terms as varints.
 func appendLimit(b []byte, l ratelimit.Limit) []byte {
-	lo := l.Lowest()
+	lo := tokenbucket.Lowest(l)
 	var sig [3 * binary.MaxVarintLen64]byte
 	n := binary.PutUvarint(sig[:], uint64(lo.Capacity))
 	n += binary.PutUvarint(sig[n:], uint64(lo.RefillTokens))
@@ -200,42 +200,11 @@ func wrapErr(op, key string, err error) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "ratelimit: invalid argument: "):
-		return fmt.Errorf("%w: redis %s of %s: %s", ratelimit.ErrInvalidArgument, op, KeyLabel(key), after(msg, "ratelimit: invalid argument: "))
+		return fmt.Errorf("%w: redis %s of %s: %s", ratelimit.ErrInvalidArgument, op, keyfmt.Label(key), after(msg, "ratelimit: invalid argument: "))
 	case strings.Contains(msg, "ratelimit: malformed bucket state: "):
-		return fmt.Errorf("%w: redis %s of %s: %s", ratelimit.ErrCorruptState, op, KeyLabel(key), after(msg, "ratelimit: malformed bucket state: "))
+		return fmt.Errorf("%w: redis %s of %s: %s", tokenbucket.ErrCorruptState, op, keyfmt.Label(key), after(msg, "ratelimit: malformed bucket state: "))
 	}
-	return fmt.Errorf("ratelimit: redis %s of %s: %w", op, KeyLabel(key), err)
-}
-
-// KeyLabel names a key in an error or a log line without its subject, which
-// may be personal data or a secret (an API key): a Limiter's key
-// "<len>:<namespace>:<subject>" becomes namespace "api", subject #1a2b3c4d
-// (the first 4 bytes of the subject's SHA-256, enough to tell subjects apart
-// in a log, not to recover one), and any other key key #1a2b3c4d.
-func KeyLabel(key string) string {
-	ns, subject, ok := splitKey(key)
-	if !ok {
-		return "key #" + shortHash(key)
-	}
-	return "namespace " + strconv.Quote(ns) + ", subject #" + shortHash(subject)
-}
-
-func shortHash(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:4])
-}
-
-// splitKey cuts a Limiter's key "<len(ns)>:<ns>:<subject>".
-func splitKey(key string) (ns, subject string, ok bool) {
-	n, rest, found := strings.Cut(key, ":")
-	if !found || len(n) == 0 || len(n) > 4 {
-		return "", "", false
-	}
-	size, err := strconv.Atoi(n)
-	if err != nil || size < 0 || size >= len(rest) || rest[size] != ':' {
-		return "", "", false
-	}
-	return rest[:size], rest[size+1:], true
+	return fmt.Errorf("ratelimit: redis %s of %s: %w", op, keyfmt.Label(key), err)
 }
 
 // after returns the part of a script error after sep, without the " script:

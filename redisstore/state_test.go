@@ -8,6 +8,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // FuzzDecodeState: any bytes are either refused (an error wrapping
@@ -15,12 +16,12 @@ import (
 // band holds at most its capacity; never a panic. The seed corpus is in
 // testdata/fuzz/FuzzDecodeState.
 func FuzzDecodeState(f *testing.F) {
-	f.Add(redisstore.EncodeState(ratelimit.State{Last: 1_700_000_000_000_000, Bands: []ratelimit.Band{{Limit: ratelimit.PerSecond(10).Lowest(), Level: 500_000}}}))
+	f.Add(redisstore.EncodeState(tokenbucket.State{Last: 1_700_000_000_000_000, Bands: []tokenbucket.Band{{Limit: tokenbucket.Lowest(ratelimit.PerSecond(10)), Level: 500_000}}}))
 	f.Add("")
 	f.Fuzz(func(t *testing.T, raw string) {
 		st, err := redisstore.DecodeState(raw)
 		if err != nil {
-			if !errors.Is(err, ratelimit.ErrCorruptState) {
+			if !errors.Is(err, tokenbucket.ErrCorruptState) {
 				t.Fatalf("DecodeState(%q) = %v, want ErrCorruptState", raw, err)
 			}
 			return
@@ -45,9 +46,9 @@ func TestTheScriptAndDecodeStateRefuseTheSameValues(t *testing.T) {
 	limit := ratelimit.PerSecond(10)
 	l, _ := ratelimit.New[string](redisstore.New(client), limit)
 	now := time.Now().UnixMicro()
-	ok := ratelimit.Band{Limit: limit.Lowest(), Level: 300_000}
-	valid := redisstore.EncodeState(ratelimit.State{Last: now, Bands: []ratelimit.Band{ok}})
-	other := redisstore.EncodeState(ratelimit.State{Last: now, Bands: []ratelimit.Band{{Limit: ratelimit.PerMinute(7).Lowest(), Level: 3}, ok}})
+	ok := tokenbucket.Band{Limit: tokenbucket.Lowest(limit), Level: 300_000}
+	valid := redisstore.EncodeState(tokenbucket.State{Last: now, Bands: []tokenbucket.Band{ok}})
+	other := redisstore.EncodeState(tokenbucket.State{Last: now, Bands: []tokenbucket.Band{{Limit: tokenbucket.Lowest(ratelimit.PerMinute(7)), Level: 3}, ok}})
 	for _, raw := range []string{
 		valid, other, "", "short", valid[:16], valid + "\x00", other[:len(other)-1],
 		valid[:14] + "\x8a\x00\x01\xa0\x8d\x06", // a two-byte varint for 10
@@ -59,7 +60,7 @@ func TestTheScriptAndDecodeStateRefuseTheSameValues(t *testing.T) {
 		client.Set(ctx, key, raw, time.Minute)
 		_, luaErr := l.Peek(ctx, "s")
 		_, goErr := redisstore.DecodeState(raw)
-		if errors.Is(luaErr, ratelimit.ErrCorruptState) != (goErr != nil) {
+		if errors.Is(luaErr, tokenbucket.ErrCorruptState) != (goErr != nil) {
 			t.Errorf("stored %q: the script says %v, DecodeState %v", raw, luaErr, goErr)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 )
 
 func TestOutageLogsKeepSubjectsOut(t *testing.T) {
@@ -27,7 +27,7 @@ func TestOutageLogsKeepSubjectsOut(t *testing.T) {
 	} {
 		var logs strings.Builder
 		obs := logOutages(slog.New(slog.NewTextHandler(&logs, nil)))
-		obs.ObserveFallback(context.Background(), ratelimit.FallbackEvent{Outage: ratelimit.FailClosed, Cause: tt.cause})
+		obs.ObserveFallback(context.Background(), fallback.Event{Outage: fallback.FailClosed, Cause: tt.cause})
 		if strings.Contains(logs.String(), "5555555555") || !strings.Contains(logs.String(), `default:#`) && strings.Contains(tt.cause.Error(), secret) {
 			t.Errorf("the outage log shows the subject, or not its namespace and hash: %.300s", logs.String())
 		}

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
 	"github.com/exactlimit/ratelimit/internal/server"
@@ -111,7 +111,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if f.fleet < 1 {
 		return usagef("--fleet-size must be at least 1 (got %d)", f.fleet)
 	}
-	if f.fleet > 1 && outage != ratelimit.LocalFallback {
+	if f.fleet > 1 && outage != fallback.LocalFallback {
 		return usagef("--fleet-size applies only to --outage local-fallback")
 	}
 	if f.body != "text" && f.body != "json" {
@@ -139,7 +139,11 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	stats := server.NewStats(server.StatsOptions{TopDenied: f.topDenied})
 	st, err := openStore(storeOptions{
 		redis: f.redis, outage: outage, useOutage: true, fleetShare: f.fleet, timeout: f.timeout,
-		observer: ratelimit.Observers(metrics.Observer(), stats, logOutages(log)),
+		observer: fallback.ObserverFunc(func(ctx context.Context, e fallback.Event) {
+			metrics.Observer().ObserveFallback(ctx, e)
+			stats.ObserveFallback(ctx, e)
+			logOutages(log)(ctx, e)
+		}),
 	})
 	if err != nil {
 		return err
@@ -285,8 +289,8 @@ func runServe(ctx context.Context, env Env, args []string) error {
 // logOutages returns an observer that logs each change of Redis's state (on
 // Cluster, of one master's) that package fallback reports, whether a check
 // or the probe found it.
-func logOutages(log *slog.Logger) ratelimit.Observer {
-	return ratelimit.ObserverFuncs{Fallback: func(ctx context.Context, e ratelimit.FallbackEvent) {
+func logOutages(log *slog.Logger) fallback.ObserverFunc {
+	return func(ctx context.Context, e fallback.Event) {
 		var attrs []any
 		if e.Partition != "" {
 			attrs = append(attrs, "master", e.Partition)
@@ -306,7 +310,7 @@ func logOutages(log *slog.Logger) ratelimit.Observer {
 			return
 		}
 		log.WarnContext(ctx, "redis unreachable; serving with the outage behaviour until it answers", attrs...)
-	}}
+	}
 }
 
 // newHTTPServer returns a server with timeouts against slow clients:

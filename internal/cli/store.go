@@ -37,12 +37,12 @@ func (s *stores) close() {
 // storeOptions say how to build the store.
 type storeOptions struct {
 	redis      redisFlags
-	outage     ratelimit.Outage
+	outage     fallback.Outage
 	useOutage  bool // wrap Redis in package fallback
 	fleetShare int
 	timeout    time.Duration
 	// observer is told every change of Redis's state, with useOutage.
-	observer ratelimit.FallbackObserver
+	observer fallback.Observer
 }
 
 // openStore builds the embedded store, or a Redis store from the flags,
@@ -89,8 +89,8 @@ func openStore(o storeOptions) (*stores, error) {
 }
 
 // parseOutage reads an outage behaviour by its name.
-func parseOutage(s string) (ratelimit.Outage, error) {
-	for _, o := range []ratelimit.Outage{ratelimit.ReturnError, ratelimit.FailOpen, ratelimit.FailClosed, ratelimit.LocalFallback} {
+func parseOutage(s string) (fallback.Outage, error) {
+	for _, o := range []fallback.Outage{fallback.ReturnError, fallback.FailOpen, fallback.FailClosed, fallback.LocalFallback} {
 		if strings.EqualFold(s, o.String()) {
 			return o, nil
 		}

@@ -8,7 +8,7 @@ import (
 )
 
 // applyAll decides items as one, all or nothing, through store: with one
-// item a plain Apply; on a ratelimit.AtomicStore one ApplyAll call, which
+// item a plain Apply; on a ratelimit.BatchStore one ApplyAll call, which
 // charges every item or none atomically (on Cluster, see redisstore's
 // ApplyAll for what holds across slots).
 //
@@ -24,7 +24,7 @@ func applyAll(ctx context.Context, store ratelimit.Store, items []ratelimit.Batc
 		items[0].Decision = d
 		return err
 	}
-	if as, ok := store.(ratelimit.AtomicStore); ok {
+	if as, ok := store.(ratelimit.BatchStore); ok {
 		// A wrapper (package fallback's) over a store without ApplyAll
 		// says so with errors.ErrUnsupported, having decided nothing.
 		if err := as.ApplyAll(ctx, items); !errors.Is(err, errors.ErrUnsupported) {

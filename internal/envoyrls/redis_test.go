@@ -37,7 +37,7 @@ func (p prefixed) Reset(ctx context.Context, key string) error {
 }
 
 func (p prefixed) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error {
-	as, ok := p.Store.(ratelimit.AtomicStore)
+	as, ok := p.Store.(ratelimit.BatchStore)
 	if !ok {
 		return applySequential(ctx, p, items)
 	}
@@ -110,13 +110,13 @@ func TestOutageBehaviours(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	srv.Kill()
 	for _, tc := range []struct {
-		outage ratelimit.Outage
+		outage fallback.Outage
 		want   string // the codes of 12 requests; e for an error
 	}{
-		{ratelimit.FailClosed, "------------"},
-		{ratelimit.FailOpen, "++++++++++++"},
-		{ratelimit.LocalFallback, "++++++++++--"},
-		{ratelimit.ReturnError, "eeeeeeeeeeee"},
+		{fallback.FailClosed, "------------"},
+		{fallback.FailOpen, "++++++++++++"},
+		{fallback.LocalFallback, "++++++++++--"},
+		{fallback.ReturnError, "eeeeeeeeeeee"},
 	} {
 		t.Run(tc.outage.String(), func(t *testing.T) {
 			fb, err := fallback.New(redisstore.New(client), fallback.WithOutage(tc.outage), fallback.WithTimeout(200*time.Millisecond))
@@ -158,7 +158,7 @@ func TestRedisConcurrentAllOrNothing(t *testing.T) {
 
 // spy records the keys of every ApplyAll call.
 type spy struct {
-	ratelimit.AtomicStore
+	ratelimit.BatchStore
 	mu   sync.Mutex
 	keys [][]string
 }
@@ -171,7 +171,7 @@ func (s *spy) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error {
 	s.mu.Lock()
 	s.keys = append(s.keys, keys)
 	s.mu.Unlock()
-	return s.AtomicStore.ApplyAll(ctx, items)
+	return s.BatchStore.ApplyAll(ctx, items)
 }
 
 // TestClusterAllOrNothingAcrossSlots: on Cluster, a request whose
@@ -183,7 +183,7 @@ func TestClusterAllOrNothingAcrossSlots(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3, 0)
 	client := redistest.NewClusterClient(cluster.Addrs()...)
 	t.Cleanup(func() { client.Close() })
-	s := &spy{AtomicStore: redisstore.New(client)}
+	s := &spy{BatchStore: redisstore.New(client)}
 	f := serve(t, s, e2eConfig, Headers{})
 	for range 5 {
 		f.ask(t, 0, desc("message_type=marketing", "to_number=slots"))
@@ -231,7 +231,7 @@ func TestOneScriptCallPerRequest(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	var sc scripts
 	client.AddHook(&sc)
-	fb, err := fallback.New(redisstore.New(client), fallback.WithOutage(ratelimit.FailClosed))
+	fb, err := fallback.New(redisstore.New(client), fallback.WithOutage(fallback.FailClosed))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestHungRedisCostsOneTimeout(t *testing.T) {
 	client := redistest.NewClient(proxy.Addr())
 	t.Cleanup(func() { client.Close() })
 	const timeout = 200 * time.Millisecond
-	fb, err := fallback.New(redisstore.New(client), fallback.WithOutage(ratelimit.FailClosed), fallback.WithTimeout(timeout))
+	fb, err := fallback.New(redisstore.New(client), fallback.WithOutage(fallback.FailClosed), fallback.WithTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}

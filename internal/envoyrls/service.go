@@ -84,7 +84,7 @@ func (h *Headers) defaults() {
 
 // Options configure a Service.
 type Options struct {
-	// Store keeps the buckets. A ratelimit.AtomicStore decides the
+	// Store keeps the buckets. A ratelimit.BatchStore decides the
 	// descriptors of a request all or nothing (see applyAll for others).
 	Store ratelimit.Store
 	// Config is the configuration to start with; nil means none (every

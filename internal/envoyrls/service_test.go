@@ -521,7 +521,7 @@ func TestConcurrentRequestsAreExact(t *testing.T) {
 // descriptor first and a tight one second, charge the roomy bucket exactly
 // as often as the tight one admits: a denial charges neither, even in a race.
 // memstore decides a request's descriptors in one ApplyAll.
-var _ ratelimit.AtomicStore = (*memstore.Store)(nil)
+var _ ratelimit.BatchStore = (*memstore.Store)(nil)
 
 func TestConcurrentAllOrNothing(t *testing.T) {
 	concurrentAllOrNothing(t, memstore.New())

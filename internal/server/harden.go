@@ -15,7 +15,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/config"
 )
 
@@ -196,7 +196,7 @@ func (s *Service) Ready(ctx context.Context) (bool, string) {
 	if s.draining.Load() {
 		return false, "shutting down"
 	}
-	if s.outage == ratelimit.FailOpen || s.outage == ratelimit.LocalFallback {
+	if s.outage == fallback.FailOpen || s.outage == fallback.LocalFallback {
 		return true, ""
 	}
 	if s.ping != nil {

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
 )
@@ -160,11 +161,11 @@ func TestReadyz(t *testing.T) {
 	degraded := func() bool { mu.Lock(); defer mu.Unlock(); return down }
 	setDown := func(v bool) { mu.Lock(); down = v; mu.Unlock() }
 	for _, tt := range []struct {
-		outage    ratelimit.Outage
+		outage    fallback.Outage
 		readyDown bool
 	}{
-		{ratelimit.FailClosed, false}, {ratelimit.ReturnError, false},
-		{ratelimit.FailOpen, true}, {ratelimit.LocalFallback, true},
+		{fallback.FailClosed, false}, {fallback.ReturnError, false},
+		{fallback.FailOpen, true}, {fallback.LocalFallback, true},
 	} {
 		t.Run(tt.outage.String(), func(t *testing.T) {
 			setDown(false)
@@ -193,7 +194,7 @@ func TestReadyz(t *testing.T) {
 	// With Ping, readiness asks the store, whether a check has found it
 	// down or not.
 	var pingErr error
-	s, _, _ := newService(t, Options{Outage: ratelimit.FailClosed, Degraded: func() bool { return false },
+	s, _, _ := newService(t, Options{Outage: fallback.FailClosed, Degraded: func() bool { return false },
 		Ping: func(context.Context) error { mu.Lock(); defer mu.Unlock(); return pingErr }})
 	if res := call(t, s.Handler(), "GET", "/readyz", ""); res.code != 200 {
 		t.Errorf("ping answers: /readyz %d", res.code)

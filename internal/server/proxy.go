@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 )
 
@@ -55,8 +56,8 @@ func (s *Service) Proxy(o ProxyOptions) (http.Handler, error) {
 		return nil, err
 	}
 	outage := s.outage
-	if outage == ratelimit.ReturnError {
-		outage = ratelimit.FailClosed
+	if outage == fallback.ReturnError {
+		outage = fallback.FailClosed
 	}
 	opts := append([]httplimit.Option{httplimit.WithPolicyName(ns), httplimit.WithOutage(outage), httplimit.WithTimeout(s.timeout)}, o.Middleware...)
 	if s.clock != nil {

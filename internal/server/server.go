@@ -29,6 +29,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
 )
@@ -65,7 +66,7 @@ type Options struct {
 	Timeout time.Duration
 	// Outage names the behaviour the Store applies in an outage, for
 	// /healthz and /metrics.
-	Outage ratelimit.Outage
+	Outage fallback.Outage
 	// Degraded reports whether the Store is serving without its primary
 	// (package fallback's !IsAlive), for /healthz, /readyz and the
 	// ratelimit_fallback_active gauge. Nil means never, and that the store
@@ -105,7 +106,7 @@ type Service struct {
 	authLog    rateLimitedLog
 	version    string
 	timeout    time.Duration
-	outage     ratelimit.Outage
+	outage     fallback.Outage
 	degraded   func() bool
 	hasOutage  bool // the store has an outage behaviour (Options.Degraded set)
 	ping       func(context.Context) error
@@ -197,9 +198,8 @@ func (s *Service) SetPolicies(p config.Policies) error {
 		}
 	}
 	set := &policySet{limits: make(config.Policies, len(p)), limiters: make(map[string]*ratelimit.Limiter[string], len(p))}
-	observer := ratelimit.Observers(s.metrics.observer, s.stats)
 	for ns, l := range p {
-		opts := []ratelimit.Option{ratelimit.WithNamespace(ns), ratelimit.WithObserver(observer)}
+		opts := []ratelimit.Option{ratelimit.WithNamespace(ns), ratelimit.WithObserver(s.metrics.observer, s.stats)}
 		if s.clock != nil {
 			opts = append(opts, ratelimit.WithClock(s.clock))
 		}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
 	"github.com/exactlimit/ratelimit/memstore"
@@ -320,7 +321,7 @@ func TestOutageResponses(t *testing.T) {
 	})
 	t.Run("a fail-closed decision is 503 with the decision", func(t *testing.T) {
 		s, _, _ := newService(t, Options{Store: downStore{d: ratelimit.Decision{Source: ratelimit.SourceFailClosed}},
-			Outage: ratelimit.FailClosed, Degraded: func() bool { return true }})
+			Outage: fallback.FailClosed, Degraded: func() bool { return true }})
 		res := call(t, s.Handler(), "POST", "/v1/acquire", `{"subject":"a"}`)
 		if res.code != 503 || res.json["source"] != "fail-closed" || res.json["allowed"] != false || res.header.Get("RateLimit") != "" {
 			t.Errorf("%d %s %v", res.code, res.body, res.header)

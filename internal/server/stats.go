@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 )
 
 // Store kinds, for Options.StoreKind.
@@ -139,7 +140,7 @@ func (s *Stats) ObserveError(_ context.Context, e ratelimit.ErrorEvent) {
 
 // ObserveFallback records a change of state of the store's primary, or of
 // one Cluster master.
-func (s *Stats) ObserveFallback(_ context.Context, e ratelimit.FallbackEvent) {
+func (s *Stats) ObserveFallback(_ context.Context, e fallback.Event) {
 	at := e.At
 	if at.IsZero() {
 		at = s.clock()

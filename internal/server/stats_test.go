@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -311,7 +312,7 @@ func TestStatsStoreAndReload(t *testing.T) {
 	down := errors.New("dial tcp 127.0.0.1:6379: connection refused")
 	degraded := false
 	s, c, _ := newService(t, Options{
-		StoreName: "redis cluster 127.0.0.1:7000", StoreKind: StoreCluster, Outage: ratelimit.LocalFallback,
+		StoreName: "redis cluster 127.0.0.1:7000", StoreKind: StoreCluster, Outage: fallback.LocalFallback,
 		Degraded: func() bool { return degraded },
 		Masters:  func(context.Context) ([]string, error) { return []string{"127.0.0.1:7001", "127.0.0.1:7000"}, nil },
 	})
@@ -323,8 +324,8 @@ func TestStatsStoreAndReload(t *testing.T) {
 	}
 
 	c.Advance(time.Second)
-	s.stats.ObserveFallback(ctx, ratelimit.FallbackEvent{Partition: "127.0.0.1:7001", Outage: ratelimit.LocalFallback, Cause: down, At: c.Now()})
-	s.stats.ObserveFallback(ctx, ratelimit.FallbackEvent{Partition: "127.0.0.1:7002", Alive: true, Outage: ratelimit.LocalFallback, At: c.Now()})
+	s.stats.ObserveFallback(ctx, fallback.Event{Partition: "127.0.0.1:7001", Outage: fallback.LocalFallback, Cause: down, At: c.Now()})
+	s.stats.ObserveFallback(ctx, fallback.Event{Partition: "127.0.0.1:7002", Alive: true, Outage: fallback.LocalFallback, At: c.Now()})
 	degraded = true
 	r = s.Stats(ctx)
 	if r.Store.PrimaryUp || len(r.Store.Masters) != 3 {
@@ -364,9 +365,9 @@ func TestStatsStoreAndReload(t *testing.T) {
 }
 
 func TestStatsSingleServerOutage(t *testing.T) {
-	s, c, _ := newService(t, Options{StoreKind: StoreRedis, Outage: ratelimit.FailClosed})
+	s, c, _ := newService(t, Options{StoreKind: StoreRedis, Outage: fallback.FailClosed})
 	ctx := context.Background()
-	s.stats.ObserveFallback(ctx, ratelimit.FallbackEvent{Outage: ratelimit.FailClosed, Cause: errors.New("EOF"), At: c.Now()})
+	s.stats.ObserveFallback(ctx, fallback.Event{Outage: fallback.FailClosed, Cause: errors.New("EOF"), At: c.Now()})
 	r := s.Stats(ctx).Store
 	if r.Since == nil || !r.Since.Equal(c.Now()) || r.Error != "EOF" || len(r.Masters) != 0 || r.Outage != "fail-closed" {
 		t.Errorf("single server down: %+v", r)
@@ -374,7 +375,7 @@ func TestStatsSingleServerOutage(t *testing.T) {
 }
 
 func TestStatsEmbeddedHasNoOutage(t *testing.T) {
-	s, _, _ := newService(t, Options{StoreKind: StoreEmbedded, Outage: ratelimit.FailClosed})
+	s, _, _ := newService(t, Options{StoreKind: StoreEmbedded, Outage: fallback.FailClosed})
 	if r := s.Stats(context.Background()).Store; r.Outage != "" || !r.PrimaryUp {
 		t.Errorf("embedded store: %+v", r)
 	}
@@ -392,7 +393,7 @@ func TestStatsConcurrent(t *testing.T) {
 				decide(s.stats, "default", fmt.Sprintf("s%d-%d", g, i%50), 1, i%3 != 0, time.Millisecond)
 				if i%100 == 0 {
 					c.Advance(time.Second)
-					s.stats.ObserveFallback(ctx, ratelimit.FallbackEvent{Alive: i%200 == 0, At: c.Now()})
+					s.stats.ObserveFallback(ctx, fallback.Event{Alive: i%200 == 0, At: c.Now()})
 				}
 			}
 		})

@@ -1,7 +1,8 @@
-package ratelimit
+package tokenbucket
 
 import (
 	"errors"
+	"github.com/exactlimit/ratelimit"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -9,8 +10,8 @@ import (
 	"time"
 )
 
-func TestTokenBucket(t *testing.T) {
-	b, err := NewTokenBucket(NewLimit(2, time.Second, 4))
+func TestBucket(t *testing.T) {
+	b, err := New(ratelimit.NewLimit(2, time.Second, 4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,10 +32,10 @@ func TestTokenBucket(t *testing.T) {
 	if b.AllowN(at(500), 5) {
 		t.Fatal("AllowN above the capacity returned true")
 	}
-	if _, err := b.Take(at(500), 5); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := b.Take(at(500), 5); !errors.Is(err, ratelimit.ErrInvalidArgument) {
 		t.Fatalf("Take above the capacity: err = %v, want ErrInvalidArgument", err)
 	}
-	if _, err := b.Take(time.Unix(-10, 0), 1); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := b.Take(time.Unix(-10, 0), 1); !errors.Is(err, ratelimit.ErrInvalidArgument) {
 		t.Fatalf("Take before the epoch: err = %v, want ErrInvalidArgument", err)
 	}
 	d, err := b.Peek(at(1500))
@@ -44,13 +45,13 @@ func TestTokenBucket(t *testing.T) {
 	if got := b.Available(at(1500)); got != 2 {
 		t.Fatalf("Peek took tokens: %d available, want 2", got)
 	}
-	if _, err := NewTokenBucket(Limit{}); !errors.Is(err, ErrInvalidArgument) {
-		t.Fatalf("NewTokenBucket(Limit{}) err = %v, want ErrInvalidArgument", err)
+	if _, err := New(ratelimit.Limit{}); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+		t.Fatalf("New(ratelimit.Limit{}) err = %v, want ErrInvalidArgument", err)
 	}
 }
 
-func TestTokenBucketConcurrentUseAdmitsExactlyTheCapacity(t *testing.T) {
-	b, err := NewTokenBucket(PerHour(1000))
+func TestBucketConcurrentUseAdmitsExactlyTheCapacity(t *testing.T) {
+	b, err := New(ratelimit.PerHour(1000))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,9 +73,9 @@ func TestTokenBucketConcurrentUseAdmitsExactlyTheCapacity(t *testing.T) {
 	}
 }
 
-func TestTokenBucketSeveralLimits(t *testing.T) {
-	perSecond, perMinute := PerSecond(2), PerMinute(3)
-	b, err := NewTokenBucket(perSecond, perMinute)
+func TestBucketSeveralLimits(t *testing.T) {
+	perSecond, perMinute := ratelimit.PerSecond(2), ratelimit.PerMinute(3)
+	b, err := New(perSecond, perMinute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,13 +94,13 @@ func TestTokenBucketSeveralLimits(t *testing.T) {
 	if !b.Allow(now) || b.Allow(now) {
 		t.Fatal("after a second one more check should pass and the next fail")
 	}
-	if _, err := NewTokenBucket(perSecond, Limit{}); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := New(perSecond, ratelimit.Limit{}); !errors.Is(err, ratelimit.ErrInvalidArgument) {
 		t.Fatalf("an invalid second limit: err = %v", err)
 	}
 }
 
-func TestTokenBucketZeroTimeIsAProgrammingError(t *testing.T) {
-	b, err := NewTokenBucket(PerSecond(2))
+func TestBucketZeroTimeIsAProgrammingError(t *testing.T) {
+	b, err := New(ratelimit.PerSecond(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,15 +110,26 @@ func TestTokenBucketZeroTimeIsAProgrammingError(t *testing.T) {
 	if got := b.Available(time.Time{}); got != 0 {
 		t.Fatalf("Available(time.Time{}) = %d, want 0", got)
 	}
-	for name, f := range map[string]func() (Decision, error){
-		"Take": func() (Decision, error) { return b.Take(time.Time{}, 1) },
-		"Peek": func() (Decision, error) { return b.Peek(time.Time{}) },
+	for name, f := range map[string]func() (ratelimit.Decision, error){
+		"Take": func() (ratelimit.Decision, error) { return b.Take(time.Time{}, 1) },
+		"Peek": func() (ratelimit.Decision, error) { return b.Peek(time.Time{}) },
 	} {
-		if _, err := f(); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "zero time.Time") {
-			t.Errorf("%s(time.Time{}) error = %v, want ErrInvalidArgument saying it is the zero time", name, err)
+		if _, err := f(); !errors.Is(err, ratelimit.ErrInvalidArgument) || !strings.Contains(err.Error(), "zero time.Time") {
+			t.Errorf("%s(time.Time{}) error = %v, want ratelimit.ErrInvalidArgument saying it is the zero time", name, err)
 		}
 	}
 	if got := b.Available(time.UnixMicro(t0)); got != 2 {
 		t.Fatalf("the zero-time calls took tokens: %d available, want 2", got)
+	}
+}
+
+func TestBucketLimitsReturnsACopy(t *testing.T) {
+	b, err := New(ratelimit.PerSecond(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Limits()[0] = ratelimit.PerSecond(1000)
+	if got := b.Limits()[0]; got != ratelimit.PerSecond(2) {
+		t.Fatalf("Bucket.Limits() after a change = %v, want the policy unchanged", got)
 	}
 }

@@ -1,7 +1,9 @@
-package ratelimit
+package tokenbucket
 
 import (
 	"flag"
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/arith"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -13,7 +15,7 @@ type op struct {
 	t       int64
 	cost    int64
 	peek    bool
-	limits  []Limit
+	limits  []ratelimit.Limit
 	allowed bool
 	remain  int64
 	retry   time.Duration
@@ -22,7 +24,7 @@ type op struct {
 
 const t0 = int64(1_700_000_000_000_000) // a realistic time in µs
 
-func runSteps(t *testing.T, policy []Limit, ops []op) {
+func runSteps(t *testing.T, policy []ratelimit.Limit, ops []op) {
 	t.Helper()
 	var st State
 	for i, o := range ops {
@@ -30,7 +32,7 @@ func runSteps(t *testing.T, policy []Limit, ops []op) {
 		if limits == nil {
 			limits = policy
 		}
-		r := Request{Limits: limits, Cost: o.cost, Peek: o.peek}
+		r := ratelimit.Request{Limits: limits, Cost: o.cost, Peek: o.peek}
 		if err := r.Validate(); err != nil {
 			t.Fatalf("step %d: invalid request: %v", i, err)
 		}
@@ -51,7 +53,7 @@ func runSteps(t *testing.T, policy []Limit, ops []op) {
 func TestStepSmoothRefillCarriesTheRemainder(t *testing.T) {
 	// 3 tokens every 10 µs: one token per 3⅓ µs. A stepped or rounded
 	// refill would lose or double-count the thirds.
-	l := []Limit{{Capacity: 3, RefillTokens: 3, RefillPeriod: 10 * time.Microsecond}}
+	l := []ratelimit.Limit{{Capacity: 3, RefillTokens: 3, RefillPeriod: 10 * time.Microsecond}}
 	runSteps(t, l, []op{
 		{t: 0, cost: 3, allowed: true, remain: 0, reset: 10 * time.Microsecond},
 		// After 3 µs: 0.9 tokens, not enough; one is there after 4 µs (⌈10/3⌉).
@@ -69,7 +71,7 @@ func TestStepSmoothRefillCarriesTheRemainder(t *testing.T) {
 }
 
 func TestStepDenialConsumesNothing(t *testing.T) {
-	runSteps(t, []Limit{PerSecond(10)}, []op{
+	runSteps(t, []ratelimit.Limit{ratelimit.PerSecond(10)}, []op{
 		{t: 0, cost: 8, allowed: true, remain: 2, reset: 800 * time.Millisecond},
 		{t: 0, cost: 5, allowed: false, remain: 2, retry: 300 * time.Millisecond, reset: 800 * time.Millisecond},
 		{t: 0, cost: 5, allowed: false, remain: 2, retry: 300 * time.Millisecond, reset: 800 * time.Millisecond},
@@ -80,12 +82,12 @@ func TestStepDenialConsumesNothing(t *testing.T) {
 func TestStepNoDriftOverManySteps(t *testing.T) {
 	// 7 tokens per 3 seconds on an emptied bucket, taken one at a time as
 	// soon as each is there: the n-th must come exactly at ⌈n*3s/7⌉.
-	l := Limit{Capacity: 5, RefillTokens: 7, RefillPeriod: 3 * time.Second}
+	l := ratelimit.Limit{Capacity: 5, RefillTokens: 7, RefillPeriod: 3 * time.Second}
 	var st State
-	if d, _, _ := st.Step(Request{Limits: []Limit{l}, Cost: 5}, t0); !d.Allowed {
+	if d, _, _ := st.Step(ratelimit.Request{Limits: []ratelimit.Limit{l}, Cost: 5}, t0); !d.Allowed {
 		t.Fatal("a full bucket denied its capacity")
 	}
-	r := Request{Limits: []Limit{l}, Cost: 1}
+	r := ratelimit.Request{Limits: []ratelimit.Limit{l}, Cost: 1}
 	now := t0
 	for n := int64(1); n <= 100_000; n++ {
 		d, _, _ := st.Step(r, now)
@@ -96,7 +98,7 @@ func TestStepNoDriftOverManySteps(t *testing.T) {
 		if d, _, _ = st.Step(r, now); !d.Allowed {
 			t.Fatalf("token %d denied after waiting RetryAfter", n)
 		}
-		if want := t0 + ceilDiv(n*3_000_000, 7); now != want {
+		if want := t0 + arith.CeilDiv(n*3_000_000, 7); now != want {
 			t.Fatalf("token %d taken at +%dµs, want +%dµs (drift %dµs)", n, now-t0, want-t0, now-want)
 		}
 	}
@@ -104,22 +106,22 @@ func TestStepNoDriftOverManySteps(t *testing.T) {
 
 func TestStepExactAtTheLargestSizes(t *testing.T) {
 	// Capacity * period = 2^52 exactly, one token per 2^20 µs.
-	l := Limit{Capacity: 1 << 32, RefillTokens: 1, RefillPeriod: 1 << 20 * time.Microsecond}
-	runSteps(t, []Limit{l}, []op{
+	l := ratelimit.Limit{Capacity: 1 << 32, RefillTokens: 1, RefillPeriod: 1 << 20 * time.Microsecond}
+	runSteps(t, []ratelimit.Limit{l}, []op{
 		{t: 0, cost: 1 << 32, allowed: true, remain: 0, reset: (1 << 52) * time.Microsecond},
 		{t: 1<<20 - 1, cost: 1, allowed: false, remain: 0, retry: time.Microsecond, reset: (1<<52 - 1<<20 + 1) * time.Microsecond},
 		{t: 1 << 20, cost: 1, allowed: true, remain: 0, reset: (1 << 52) * time.Microsecond},
 	})
 	// A refill rate of 2^52 tokens per µs refills any bucket in one µs.
-	big := Limit{Capacity: 1 << 52, RefillTokens: 1 << 52, RefillPeriod: time.Microsecond}
-	runSteps(t, []Limit{big}, []op{
+	big := ratelimit.Limit{Capacity: 1 << 52, RefillTokens: 1 << 52, RefillPeriod: time.Microsecond}
+	runSteps(t, []ratelimit.Limit{big}, []op{
 		{t: 0, cost: 1 << 52, allowed: true, remain: 0, reset: time.Microsecond},
 		{t: 1, cost: 1 << 52, allowed: true, remain: 0, reset: time.Microsecond},
 	})
 }
 
 func TestStepBackwardClock(t *testing.T) {
-	runSteps(t, []Limit{PerSecond(10)}, []op{
+	runSteps(t, []ratelimit.Limit{ratelimit.PerSecond(10)}, []op{
 		{t: 1_000_000, cost: 10, allowed: true, remain: 0, reset: time.Second},
 		// The clock jumps back 500 ms: nothing is credited, and the wait
 		// counts from the bucket's own time.
@@ -130,9 +132,9 @@ func TestStepBackwardClock(t *testing.T) {
 }
 
 func TestStepPolicyChange(t *testing.T) {
-	old := []Limit{PerSecond(10)}
-	bigger := []Limit{PerSecond(100)}
-	smaller := []Limit{PerSecond(4)}
+	old := []ratelimit.Limit{ratelimit.PerSecond(10)}
+	bigger := []ratelimit.Limit{ratelimit.PerSecond(100)}
+	smaller := []ratelimit.Limit{ratelimit.PerSecond(4)}
 	runSteps(t, old, []op{
 		{t: 0, cost: 3, allowed: true, remain: 7, reset: 300 * time.Millisecond},
 		// 50 ms later the old policy has refilled half a token: 7.5. The
@@ -149,7 +151,7 @@ func TestStepPolicyChange(t *testing.T) {
 }
 
 func TestStepAlternatingPoliciesNeverMint(t *testing.T) {
-	a, b := []Limit{PerSecond(10)}, []Limit{NewLimit(1, time.Second, 20)}
+	a, b := []ratelimit.Limit{ratelimit.PerSecond(10)}, []ratelimit.Limit{ratelimit.NewLimit(1, time.Second, 20)}
 	var st State
 	admitted := 0
 	for i := range 1000 {
@@ -157,7 +159,7 @@ func TestStepAlternatingPoliciesNeverMint(t *testing.T) {
 		if i%2 == 1 {
 			p = b
 		}
-		d, _, _ := st.Step(Request{Limits: p, Cost: 1}, t0+int64(i)) // 1 ms of the fleet's time
+		d, _, _ := st.Step(ratelimit.Request{Limits: p, Cost: 1}, t0+int64(i)) // 1 ms of the fleet's time
 		if d.Allowed {
 			admitted++
 		}
@@ -170,39 +172,39 @@ func TestStepAlternatingPoliciesNeverMint(t *testing.T) {
 }
 
 func TestStepFullBucketIsLikeAMissingOne(t *testing.T) {
-	runSteps(t, []Limit{PerSecond(10)}, []op{
+	runSteps(t, []ratelimit.Limit{ratelimit.PerSecond(10)}, []op{
 		{t: 0, cost: 10, allowed: true, remain: 0, reset: time.Second},
 		// A second later the bucket is full under its own policy: a new
 		// policy meets a missing bucket and starts full at its capacity.
-		{t: 1_000_000, cost: 1, limits: []Limit{PerSecond(100)}, allowed: true, remain: 99, reset: 10 * time.Millisecond},
+		{t: 1_000_000, cost: 1, limits: []ratelimit.Limit{ratelimit.PerSecond(100)}, allowed: true, remain: 99, reset: 10 * time.Millisecond},
 	})
 }
 
 func TestStepPeekAtMissingBucketWritesNothing(t *testing.T) {
 	var st State
-	d, _, write := st.Step(Request{Limits: []Limit{PerSecond(5)}, Peek: true}, t0)
+	d, _, write := st.Step(ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Peek: true}, t0)
 	if !d.Allowed || d.Remaining != 5 || write || len(st.Bands) != 0 {
 		t.Fatalf("peek at a missing bucket = %+v write=%v state=%+v, want allowed, 5 remaining, nothing written", d, write, st)
 	}
 }
 
 func TestStepMultipleLimits(t *testing.T) {
-	perMin := Limit{Capacity: 5, RefillTokens: 5, RefillPeriod: time.Minute}
-	perDay := Limit{Capacity: 100, RefillTokens: 100, RefillPeriod: 24 * time.Hour}
-	policy := []Limit{perMin, perDay}
+	perMin := ratelimit.Limit{Capacity: 5, RefillTokens: 5, RefillPeriod: time.Minute}
+	perDay := ratelimit.Limit{Capacity: 100, RefillTokens: 100, RefillPeriod: 24 * time.Hour}
+	policy := []ratelimit.Limit{perMin, perDay}
 	var st State
 	for i := range 5 {
-		d, _, _ := st.Step(Request{Limits: policy, Cost: 1}, t0)
+		d, _, _ := st.Step(ratelimit.Request{Limits: policy, Cost: 1}, t0)
 		if !d.Allowed || d.Remaining != int64(4-i) || d.Limit != perMin {
 			t.Fatalf("check %d = %+v, want allowed with %d remaining bound by the minute limit", i, d, 4-i)
 		}
 	}
-	d, _, _ := st.Step(Request{Limits: policy, Cost: 1}, t0)
+	d, _, _ := st.Step(ratelimit.Request{Limits: policy, Cost: 1}, t0)
 	if d.Allowed || d.Limit != perMin || d.RetryAfter != 12*time.Second {
 		t.Fatalf("sixth check = %+v, want denied by the minute limit, retry after 12s", d)
 	}
 	// The denial took nothing from the day's band.
-	if got := st.Bands[1].Level / perDay.rate().p; got != 95 {
+	if got := st.Bands[1].Level / rateOf(perDay).P; got != 95 {
 		t.Fatalf("day band holds %d tokens, want 95", got)
 	}
 	if d.ResetAfter != 5*24*time.Hour/100 {
@@ -225,10 +227,10 @@ var modelSteps = flag.Int("model.steps", 60_000, "random checks of TestStepPrope
 // same time may be credited it twice, as the forward travel counts it.
 func TestStepProperties(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	big := []Limit{PerDay(1_000_000), PerHour(10_000_000), NewLimit(7, 24*time.Hour, 104_249), NewLimit(100_000, 30*24*time.Hour, 100_000)}
+	big := []ratelimit.Limit{ratelimit.PerDay(1_000_000), ratelimit.PerHour(10_000_000), ratelimit.NewLimit(7, 24*time.Hour, 104_249), ratelimit.NewLimit(100_000, 30*24*time.Hour, 100_000)}
 	const perTrial = 300
 	for trial := range max(1, *modelSteps/perTrial) {
-		l := Limit{
+		l := ratelimit.Limit{
 			Capacity:     1 + rng.Int64N(50),
 			RefillTokens: 1 + rng.Int64N(20),
 			RefillPeriod: time.Duration(1+rng.Int64N(5_000_000)) * time.Microsecond,
@@ -241,14 +243,14 @@ func TestStepProperties(t *testing.T) {
 		taken := int64(0)
 		for range perTrial {
 			if rng.IntN(20) == 0 {
-				now -= rng.Int64N(l.periodMicros()/4 + 1)
+				now -= rng.Int64N(l.RefillPeriod.Microseconds()/4 + 1)
 			} else {
-				step := rng.Int64N(l.periodMicros()/(2*max(1, l.Capacity/50)) + 1)
+				step := rng.Int64N(l.RefillPeriod.Microseconds()/(2*max(1, l.Capacity/50)) + 1)
 				now, travel = now+step, travel+step
 			}
 			cost := 1 + rng.Int64N(min(l.Capacity, 1000))
 			before := State{Last: st.Last, Bands: append([]Band(nil), st.Bands...)}
-			d, ttl, write := st.Step(Request{Limits: []Limit{l}, Cost: cost}, now)
+			d, ttl, write := st.Step(ratelimit.Request{Limits: []ratelimit.Limit{l}, Cost: cost}, now)
 			if d.Allowed {
 				taken += cost
 			} else if write || len(before.Bands) > 0 && len(st.Bands) > 0 && st.Bands[0] != before.Bands[0] {
@@ -260,8 +262,8 @@ func TestStepProperties(t *testing.T) {
 			if want := max(time.Millisecond, (d.ResetAfter + time.Millisecond - 1).Truncate(time.Millisecond)); ttl != want {
 				t.Fatalf("trial %d: ttl %v, want %v", trial, ttl, want)
 			}
-			k := l.rate()
-			bound := l.Capacity + travel*k.r/k.p
+			k := rateOf(l)
+			bound := l.Capacity + travel*k.R/k.P
 			if taken > bound {
 				t.Fatalf("trial %d: took %d tokens, more than the %d the policy allows", trial, taken, bound)
 			}

@@ -1,6 +1,7 @@
-package ratelimit
+package tokenbucket
 
 import (
+	"github.com/exactlimit/ratelimit"
 	"math"
 	"math/big"
 	"testing"
@@ -17,19 +18,19 @@ func FuzzStep(f *testing.F) {
 	f.Add(int64(1_000_000), int64(1_000_000), int64(86_400_000_000), int64(10), int64(1), int64(100_000), int64(3), int64(1000), int64(5), int64(1), false, true)
 	f.Add(int64(1), int64(1), int64(1<<53), int64(1<<53), int64(1<<53), int64(1), int64(0), int64(1<<40), int64(0), int64(1), true, true)
 	f.Fuzz(func(t *testing.T, c, r, p, c2, r2, p2, level, last, now, cost int64, peek, exists bool) {
-		l := Limit{Capacity: c, RefillTokens: r, RefillPeriod: time.Duration(p) * time.Microsecond}
-		old := Limit{Capacity: c2, RefillTokens: r2, RefillPeriod: time.Duration(p2) * time.Microsecond}
+		l := ratelimit.Limit{Capacity: c, RefillTokens: r, RefillPeriod: time.Duration(p) * time.Microsecond}
+		old := ratelimit.Limit{Capacity: c2, RefillTokens: r2, RefillPeriod: time.Duration(p2) * time.Microsecond}
 		if p > math.MaxInt64/1000 || p2 > math.MaxInt64/1000 || l.Validate() != nil || old.Validate() != nil {
 			return
 		}
 		if now < 0 || now > MaxTime || last < 0 || last > MaxTime {
 			return
 		}
-		ko := old.rate()
-		if level < 0 || level > ko.c*ko.p {
+		ko := rateOf(old)
+		if level < 0 || level > ko.C*ko.P {
 			return
 		}
-		r0 := Request{Limits: []Limit{l}, Cost: cost, Peek: peek}
+		r0 := ratelimit.Request{Limits: []ratelimit.Limit{l}, Cost: cost, Peek: peek}
 		if r0.Validate() != nil {
 			return
 		}
@@ -49,7 +50,7 @@ func FuzzStep(f *testing.F) {
 }
 
 type oracleResult struct {
-	d           Decision
+	d           ratelimit.Decision
 	ttl         time.Duration
 	write       bool
 	last, level int64
@@ -57,11 +58,11 @@ type oracleResult struct {
 
 // oracle decides one check of one limit l on a bucket of at most one band,
 // by Step's rules, in big integers.
-func oracle(st State, l Limit, cost int64, peek bool, now int64) oracleResult {
+func oracle(st State, l ratelimit.Limit, cost int64, peek bool, now int64) oracleResult {
 	B := func(x int64) *big.Int { return big.NewInt(x) }
-	lowest := func(l Limit) (c, r, p *big.Int) {
-		g := new(big.Int).GCD(nil, nil, B(l.RefillTokens), B(l.periodMicros()))
-		return B(l.Capacity), new(big.Int).Quo(B(l.RefillTokens), g), new(big.Int).Quo(B(l.periodMicros()), g)
+	lowest := func(l ratelimit.Limit) (c, r, p *big.Int) {
+		g := new(big.Int).GCD(nil, nil, B(l.RefillTokens), B(l.RefillPeriod.Microseconds()))
+		return B(l.Capacity), new(big.Int).Quo(B(l.RefillTokens), g), new(big.Int).Quo(B(l.RefillPeriod.Microseconds()), g)
 	}
 	ceil := func(a, b *big.Int) *big.Int {
 		if a.Sign() <= 0 {
@@ -142,7 +143,7 @@ func oracle(st State, l Limit, cost int64, peek bool, now int64) oracleResult {
 	if ms.Sign() == 0 {
 		ms = B(1)
 	}
-	res.d = Decision{
+	res.d = ratelimit.Decision{
 		Allowed:    allowed,
 		Remaining:  new(big.Int).Quo(lv, p).Int64(),
 		RetryAfter: dur(retry),

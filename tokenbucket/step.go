@@ -1,8 +1,11 @@
-package ratelimit
+package tokenbucket
 
 import (
 	"math"
 	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/arith"
 )
 
 // State is a bucket as a store keeps it between checks. The zero State is a
@@ -19,7 +22,7 @@ type State struct {
 // Band is one limit's part of a bucket.
 type Band struct {
 	// Limit is the limit that wrote this band.
-	Limit Limit
+	Limit ratelimit.Limit
 	// Level is the band's content in units of 1/p of a token, where p is
 	// the limit's refill period in µs in lowest terms (the period divided by
 	// the greatest common divisor of the refill tokens and the period; see
@@ -63,7 +66,7 @@ type Band struct {
 // taken. A denial and a peek take nothing and change nothing, whichever
 // policy wrote the bucket (the refill they saw is the same refill the next
 // check sees).
-func (st *State) Step(r Request, now int64) (d Decision, ttl time.Duration, write bool) {
+func (st *State) Step(r ratelimit.Request, now int64) (d ratelimit.Decision, ttl time.Duration, write bool) {
 	return st.step(r, now, true)
 }
 
@@ -75,7 +78,7 @@ func (st *State) Step(r Request, now int64) (d Decision, ttl time.Duration, writ
 // the one Step would give if nothing were taken: Allowed when its own bucket
 // held its cost, with the untouched balance. The Redis script decides
 // several keys the same way. ds and ttls must have len(rs) elements.
-func StepAll(sts []*State, rs []Request, now int64, ds []Decision, ttls []time.Duration) bool {
+func StepAll(sts []*State, rs []ratelimit.Request, now int64, ds []ratelimit.Decision, ttls []time.Duration) bool {
 	all := true
 	for i, r := range rs {
 		ds[i], ttls[i], _ = sts[i].step(r, now, false)
@@ -90,19 +93,19 @@ func StepAll(sts []*State, rs []Request, now int64, ds []Decision, ttls []time.D
 }
 
 // step is Step; with take false it decides without taking or writing.
-func (st *State) step(r Request, now int64, take bool) (d Decision, ttl time.Duration, write bool) {
+func (st *State) step(r ratelimit.Request, now int64, take bool) (d ratelimit.Decision, ttl time.Duration, write bool) {
 	take = take && !r.Peek
 	limits := r.Limits
 	cost := r.Cost
 	if r.Peek {
 		cost = 1
 	}
-	var want [MaxLimits]rate
+	var want [arith.MaxLimits]arith.Rate
 	for i, l := range limits {
-		want[i] = l.rate()
+		want[i] = rateOf(l)
 	}
-	var have [MaxLimits]rate
-	var stored [MaxLimits]int64 // the bands' levels, refilled
+	var have [arith.MaxLimits]arith.Rate
+	var stored [arith.MaxLimits]int64 // the bands' levels, refilled
 	t0, back := now, int64(0)
 	exists := len(st.Bands) > 0
 	if exists {
@@ -111,32 +114,32 @@ func (st *State) step(r Request, now int64, take bool) (d Decision, ttl time.Dur
 		}
 		full := true
 		for k, b := range st.Bands {
-			have[k] = b.Limit.rate()
-			stored[k] = have[k].refill(b.Level, t0-st.Last)
-			full = full && stored[k] == have[k].c*have[k].p
+			have[k] = rateOf(b.Limit)
+			stored[k] = have[k].Refill(b.Level, t0-st.Last)
+			full = full && stored[k] == have[k].C*have[k].P
 		}
 		if full {
 			exists, t0, back = false, now, 0
 		}
 	}
 
-	var levels [MaxLimits]int64
+	var levels [arith.MaxLimits]int64
 	if !exists {
 		for i, k := range want[:len(limits)] {
-			levels[i] = k.c * k.p
+			levels[i] = k.C * k.P
 		}
 	} else {
 		m := len(st.Bands)
 		fewest := int64(-1)
 		for k := range m {
-			fewest = minTokens(fewest, stored[k]/have[k].p)
+			fewest = minTokens(fewest, stored[k]/have[k].P)
 		}
 		// First each limit takes the band it wrote, then each limit left
 		// takes the next band left: a changed limit carries over the band it
 		// replaces, at no more than its own capacity. A limit with no band
 		// left takes the bucket's fewest whole tokens.
-		var used [MaxLimits]bool
-		var match [MaxLimits]int
+		var used [arith.MaxLimits]bool
+		var match [arith.MaxLimits]int
 		matched := 0
 		for i := range limits {
 			match[i] = -1
@@ -163,19 +166,19 @@ func (st *State) step(r Request, now int64, take bool) (d Decision, ttl time.Dur
 				// The band it replaces: its whole tokens, and the part of a
 				// token it had, in this limit's units.
 				used[next] = true
-				hp := have[next].p
-				if tok = stored[next] / hp; tok < k.c {
-					levels[i] = tok*k.p + carry(stored[next]%hp, hp, k.p)
+				hp := have[next].P
+				if tok = stored[next] / hp; tok < k.C {
+					levels[i] = tok*k.P + carry(stored[next]%hp, hp, k.P)
 					continue
 				}
 			}
-			levels[i] = min(tok, k.c) * k.p
+			levels[i] = min(tok, k.C) * k.P
 		}
 	}
 
 	allowed := true
 	for i, k := range want[:len(limits)] {
-		if levels[i] < cost*k.p {
+		if levels[i] < cost*k.P {
 			allowed = false
 			break
 		}
@@ -186,18 +189,18 @@ func (st *State) step(r Request, now int64, take bool) (d Decision, ttl time.Dur
 	if allowed {
 		for i, k := range want[:len(limits)] {
 			if take {
-				levels[i] -= cost * k.p
+				levels[i] -= cost * k.P
 			}
-			if tok := levels[i] / k.p; d.Remaining < 0 || tok < d.Remaining {
+			if tok := levels[i] / k.P; d.Remaining < 0 || tok < d.Remaining {
 				d.Remaining, bound = tok, i
 			}
 		}
 	} else {
 		retry = -1
 		for i, k := range want[:len(limits)] {
-			d.Remaining = minTokens(d.Remaining, levels[i]/k.p)
-			if need := cost * k.p; levels[i] < need {
-				if w := ceilDiv(need-levels[i], k.r); w > retry {
+			d.Remaining = minTokens(d.Remaining, levels[i]/k.P)
+			if need := cost * k.P; levels[i] < need {
+				if w := arith.CeilDiv(need-levels[i], k.R); w > retry {
 					retry, bound = w, i
 				}
 			}
@@ -205,7 +208,7 @@ func (st *State) step(r Request, now int64, take bool) (d Decision, ttl time.Dur
 		retry += back
 	}
 	for i, k := range want[:len(limits)] {
-		reset = max(reset, ceilDiv(k.c*k.p-levels[i], k.r))
+		reset = max(reset, arith.CeilDiv(k.C*k.P-levels[i], k.R))
 	}
 	if reset > 0 {
 		reset += back
@@ -230,32 +233,6 @@ func (st *State) step(r Request, now int64, take bool) (d Decision, ttl time.Dur
 	return d, TTL(reset), write
 }
 
-// TTL returns how long a store keeps a bucket whose ResetAfter is reset µs:
-// reset rounded up to the millisecond, and at least a millisecond.
-func TTL(reset int64) time.Duration {
-	return microsDuration(max(1, ceilDiv(reset, 1000)) * 1000)
-}
-
-// microsDuration converts µs to a Duration, saturating at the largest one
-// (waits of more than 292 years).
-func microsDuration(us int64) time.Duration {
-	if us > math.MaxInt64/int64(time.Microsecond) {
-		return math.MaxInt64
-	}
-	return time.Duration(us) * time.Microsecond
-}
-
-// refill returns level after elapsed µs at k's rate, capped at capacity. It
-// never forms a product above the capacity, so it stays exact.
-func (k rate) refill(level, elapsed int64) int64 {
-	full := k.c * k.p
-	missing := full - level
-	if missing <= 0 || elapsed >= ceilDiv(missing, k.r) {
-		return full
-	}
-	return level + elapsed*k.r
-}
-
 // carry converts the part of a token that a band of period p (in lowest
 // terms) holds, rem/p, to units of 1/q: rem*q/p rounded down. When one
 // period divides the other it is exact. Otherwise the product can pass 2^53,
@@ -271,14 +248,6 @@ func carry(rem, p, q int64) int64 {
 		return rem * (q / p)
 	}
 	return max(0, int64(math.Floor(float64(rem)/float64(p)*float64(q)))-2)
-}
-
-// ceilDiv returns ⌈a/b⌉ for a >= 0 and b >= 1 (and 0 for a <= 0).
-func ceilDiv(a, b int64) int64 {
-	if a <= 0 {
-		return 0
-	}
-	return (a-1)/b + 1
 }
 
 func minTokens(cur, tok int64) int64 {

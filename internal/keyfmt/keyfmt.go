@@ -1,0 +1,129 @@
+// Package keyfmt is the one definition of a bucket's store key: its frame
+// "<len(namespace)>:<namespace>:<subject>", how to take one apart, how to
+// name one in a log without its subject, how a key function joins parts,
+// and the Redis Cluster hash slot a key lives in.
+//
+// The length frame keeps namespace "a" with subject "b:c" apart from
+// namespace "a:b" with subject "c".
+package keyfmt
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+)
+
+// Prefix returns the part of every key of namespace ns before the subject.
+func Prefix(ns string) string { return strconv.Itoa(len(ns)) + ":" + ns + ":" }
+
+// Key returns the key of subject in namespace ns.
+func Key(ns, subject string) string { return Prefix(ns) + subject }
+
+// Split cuts key after its prefix: prefix+subject == key. A key that is not
+// framed is all subject, with the empty prefix. It allocates nothing.
+func Split(key string) (prefix, subject string) {
+	i, n := 0, 0
+	for i < len(key) && i < 10 && key[i] >= '0' && key[i] <= '9' {
+		n = n*10 + int(key[i]-'0')
+		i++
+	}
+	if i == 0 || i >= len(key) || key[i] != ':' {
+		return "", key
+	}
+	end := i + 1 + n
+	if end >= len(key) || key[end] != ':' {
+		return "", key
+	}
+	return key[:end+1], key[end+1:]
+}
+
+// Parse takes key apart into its namespace and subject; ok is false for a
+// key that is not framed, or has an empty namespace or subject.
+func Parse(key string) (ns, subject string, ok bool) {
+	prefix, subject := Split(key)
+	if len(prefix) < 3 || subject == "" {
+		return "", "", false
+	}
+	_, rest, _ := strings.Cut(prefix, ":")
+	ns = rest[:len(rest)-1]
+	if ns == "" {
+		return "", "", false
+	}
+	return ns, subject, true
+}
+
+// Hash returns a short, stable stand-in for a subject in log lines, error
+// messages and metrics: "#" and the first 8 bytes of its SHA-256, in hex.
+// It tells subjects apart; it does not give one back.
+func Hash(subject string) string {
+	sum := sha256.Sum256([]byte(subject))
+	return "#" + hex.EncodeToString(sum[:8])
+}
+
+// Label names key without its subject, which may be personal data or a
+// secret (an API key): `namespace "api", subject #1a2b3c4d5e6f7a8b`, or
+// `key #...` for a key that is not framed.
+func Label(key string) string {
+	ns, subject, ok := Parse(key)
+	if !ok {
+		return "key " + Hash(key)
+	}
+	return "namespace " + strconv.Quote(ns) + ", subject " + Hash(subject)
+}
+
+// Join joins the parts of a key made of several values (a key function's
+// parts): each is framed by its length, "<len>:<part>", and they are
+// separated by "|", so that no two lists of parts join to the same string.
+func Join(parts ...string) string {
+	var b strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		b.WriteString(strconv.Itoa(len(p)))
+		b.WriteByte(':')
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+// NumSlots is the number of hash slots of a Redis Cluster.
+const NumSlots = 16384
+
+// Slot returns the Redis Cluster hash slot of key, as CLUSTER KEYSLOT does:
+// CRC16 (XMODEM) modulo 16384 of the key, or of its hash tag when the key
+// holds a "{" followed later by a "}" with at least one byte between them.
+func Slot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return crc16(key) % NumSlots
+}
+
+// crc16tab is the CRC16-CCITT (XMODEM) table: polynomial 0x1021, initial
+// value 0, no reflection, as Redis Cluster uses it.
+var crc16tab = func() (tab [256]uint16) {
+	for i := range tab {
+		crc := uint16(i) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+		tab[i] = crc
+	}
+	return tab
+}()
+
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc = crc<<8 ^ crc16tab[byte(crc>>8)^s[i]]
+	}
+	return crc
+}

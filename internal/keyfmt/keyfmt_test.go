@@ -1,0 +1,63 @@
+package keyfmt
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestSplitAndParse(t *testing.T) {
+	for _, tt := range []struct {
+		key, prefix, subject, ns string
+		ok                       bool
+	}{
+		{"3:api:user:1", "3:api:", "user:1", "api", true},
+		{"1:a:b:c", "1:a:", "b:c", "a", true},
+		{"3:a:b:c", "3:a:b:", "c", "a:b", true},
+		{"7:default:", "7:default:", "", "", false}, // no subject
+		{"0::x", "0::", "x", "", false},             // empty namespace
+		{"x:api:s", "", "x:api:s", "", false},
+		{"9:api:s", "", "9:api:s", "", false}, // the length runs past the key
+		{"12345678901:a:b", "", "12345678901:a:b", "", false},
+		{"", "", "", "", false},
+	} {
+		prefix, subject := Split(tt.key)
+		if prefix != tt.prefix || subject != tt.subject || prefix+subject != tt.key {
+			t.Errorf("Split(%q) = %q, %q; want %q, %q", tt.key, prefix, subject, tt.prefix, tt.subject)
+		}
+		ns, subj, ok := Parse(tt.key)
+		if ok != tt.ok || (ok && (ns != tt.ns || subj != tt.subject)) {
+			t.Errorf("Parse(%q) = %q, %q, %v; want %q, %q, %v", tt.key, ns, subj, ok, tt.ns, tt.subject, tt.ok)
+		}
+	}
+	if k := Key("a:b", "c"); k != "3:a:b:c" {
+		t.Errorf("Key = %q", k)
+	}
+}
+
+func TestLabelHidesTheSubject(t *testing.T) {
+	l := Label(Key("api", "sk_live_SECRET"))
+	if strings.Contains(l, "SECRET") || !strings.HasPrefix(l, `namespace "api", subject #`) || len(Hash("x")) != 17 {
+		t.Errorf("Label = %q", l)
+	}
+	if l := Label("raw-SECRET"); strings.Contains(l, "SECRET") || !strings.HasPrefix(l, "key #") {
+		t.Errorf("Label of an unframed key = %q", l)
+	}
+}
+
+func TestJoinKeepsPartsApart(t *testing.T) {
+	if Join("a|1:b") == Join("a", "b") || Join("ab", "c") == Join("a", "bc") {
+		t.Error("two lists of parts joined to the same key")
+	}
+	if got := Join("GET /x", "10.0.0.1"); got != "6:GET /x|8:10.0.0.1" {
+		t.Errorf("Join = %q", got)
+	}
+}
+
+func TestSlot(t *testing.T) {
+	// Values from CLUSTER KEYSLOT.
+	for key, want := range map[string]uint16{"": 0, "foo": 12182, "{user1000}.following": 3443, "{user1000}.followers": 3443, "foo{}{bar}": 8363} {
+		if got := Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
