@@ -104,7 +104,7 @@ func TestQuickRun(t *testing.T) {
 // subjects get one each.
 func TestPrototypesAreExact(t *testing.T) {
 	srv := testServer(t)
-	e := env{addr: srv.addr, policy: policy{rate: 100, burst: 100}, coalesceFlushers: 2, coalesceBatch: 64}
+	e := env{addr: srv.addr, policy: policy{rate: 100, burst: 100}}
 	now := time.Now()
 	for _, name := range oursRedis {
 		t.Run(name, func(t *testing.T) {
@@ -117,12 +117,6 @@ func TestPrototypesAreExact(t *testing.T) {
 					build = newOursRedisSingle
 				}
 				chk, err := build(e)
-				if err != nil {
-					t.Fatal(err)
-				}
-				store, closeFn = chk.(*ours).lim.Store(), chk.Close
-			case "ours: coalescing (prototype)":
-				chk, err := newOursCoalescing(e)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -181,7 +175,7 @@ func TestPrototypesAreExact(t *testing.T) {
 // Each runs 64 goroutines (b.SetParallelism) over 10,000 subjects.
 func BenchmarkRedis(b *testing.B) {
 	srv := testServer(b)
-	e := env{addr: srv.addr, policy: policy{rate: 1000, burst: 1000}, coalesceFlushers: 2, coalesceBatch: 256}
+	e := env{addr: srv.addr, policy: policy{rate: 1000, burst: 1000}}
 	subjects := makeSubjects("bench", 10000)
 	for _, c := range contenders() {
 		if !c.remote {

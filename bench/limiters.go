@@ -44,7 +44,6 @@ type env struct {
 	pool   int // go-redis pool size; 0 keeps go-redis's default
 	policy policy
 	// batch settings of the coalescing prototype
-	coalesceFlushers, coalesceBatch int
 }
 
 // contender is one limiter of the comparison.
@@ -95,9 +94,6 @@ func contenders() []contender {
 		{name: "ours: redisstore WithoutCoalescing", remote: true,
 			note:  "the same with redisstore.WithoutCoalescing(): one EVALSHA round trip per check",
 			build: newOursRedisSingle},
-		{name: "ours: coalescing (prototype)", remote: true,
-			note:  "bench's CoalescingStore over redisstore.WithoutCoalescing: like redisstore's coalescing, but with -flushers round trips in flight (default 2)",
-			build: newOursCoalescing},
 		{name: "ours: rueidis (prototype)", remote: true,
 			note:  "bench's RueidisStore: our script through rueidis auto-pipelining",
 			build: newOursRueidis},
@@ -198,17 +194,6 @@ func newOursRedis(e env) (Checker, error) {
 func newOursRedisSingle(e env) (Checker, error) {
 	c := redis.NewClient(goRedisOptions(e))
 	lim, err := ratelimit.New[string](redisstore.New(c, redisstore.WithoutCoalescing()), ourLimit(e), ratelimit.WithNamespace("rls"))
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	return &ours{lim: lim, close: func() { c.Close() }}, nil
-}
-
-func newOursCoalescing(e env) (Checker, error) {
-	c := redis.NewClient(goRedisOptions(e))
-	s := NewCoalescingStore(c, e.coalesceFlushers, e.coalesceBatch)
-	lim, err := ratelimit.New[string](s, ourLimit(e), ratelimit.WithNamespace("rlc"))
 	if err != nil {
 		c.Close()
 		return nil, err

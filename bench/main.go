@@ -33,8 +33,6 @@ type config struct {
 	only          *regexp.Regexp
 	sections      map[string]bool
 	pool          int
-	flushers      int
-	batch         int
 	memSubjects   int
 	localSubjects int
 	localDuration time.Duration
@@ -48,7 +46,6 @@ func defaultConfig() config {
 	c := config{
 		rounds: 5, duration: 500 * time.Millisecond,
 		conc: []int{1, 16, 64}, subjects: []int{1, 10000},
-		flushers: 2, batch: 256,
 		memSubjects: 10000, localSubjects: 1_000_000, localDuration: 2 * time.Second,
 		ceilingN: 300_000, rate: 1000, burst: 1000,
 	}
@@ -97,8 +94,6 @@ func main() {
 	only := flag.String("only", "", "regexp: run only the limiters whose names match (the floor and redis_rate always run, for the ratios)")
 	sections := flag.String("sections", allSections, "sections to run")
 	pool := flag.Int("pool", 0, "go-redis pool size for every go-redis client (0: go-redis's default, 10 per GOMAXPROCS)")
-	flushers := flag.Int("flushers", 0, "coalescing prototype: round trips in flight (default 2)")
-	batch := flag.Int("batch", 0, "coalescing prototype: most checks per pipeline (default 256)")
 	memSubjects := flag.Int("mem-subjects", 0, "subjects for the used_memory growth (default 10000)")
 	localSubjects := flag.Int("local-subjects", 0, "subjects for the in-process heap and ns/op (default 1000000)")
 	localDuration := flag.Duration("local-duration", 0, "length of each in-process measurement (default 2s)")
@@ -127,8 +122,6 @@ func main() {
 		}
 	}
 	setIf(&cfg.rounds, *rounds)
-	setIf(&cfg.flushers, *flushers)
-	setIf(&cfg.batch, *batch)
 	setIf(&cfg.memSubjects, *memSubjects)
 	setIf(&cfg.localSubjects, *localSubjects)
 	setIf(&cfg.ceilingN, *ceilingN)
@@ -200,7 +193,7 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 	} else {
 		return fmt.Errorf("redis at %s: %w", addr, err)
 	}
-	e := env{addr: addr, pool: cfg.pool, policy: p, coalesceFlushers: cfg.flushers, coalesceBatch: cfg.batch}
+	e := env{addr: addr, pool: cfg.pool, policy: p}
 	rep := &report{cfg: cfg, cmdline: cmdline, redisVersion: version, owned: owned, gomaxprocs: runtime.GOMAXPROCS(0), ncpu: runtime.NumCPU(), loadStart: loadText}
 
 	var cs []contender
@@ -344,13 +337,6 @@ func runThroughput(ctx context.Context, cs []contender, e env, cfg config, rep *
 			}
 		}
 		logf("throughput: round %d/%d done (%v)", round+1, cfg.rounds, time.Since(start).Round(time.Second))
-	}
-	for _, chk := range chks {
-		if o, ok := chk.(*ours); ok {
-			if s, ok := o.lim.Store().(*CoalescingStore); ok {
-				rep.coalesceBatches, rep.coalesceChecks = s.Stats()
-			}
-		}
 	}
 	return nil
 }

@@ -29,15 +29,14 @@ type report struct {
 	warning            string
 	others             float64
 
-	contenders                      []contender
-	runs                            map[runKey][]result
-	memory                          []memResult
-	server                          []serverCost
-	ceiling                         []ceilingResult
-	local                           []localResult
-	scriptCosts                     []scriptCost
-	localNotes                      []string
-	coalesceBatches, coalesceChecks int64
+	contenders  []contender
+	runs        map[runKey][]result
+	memory      []memResult
+	server      []serverCost
+	ceiling     []ceilingResult
+	local       []localResult
+	scriptCosts []scriptCost
+	localNotes  []string
 }
 
 // stat is the median over the rounds of one configuration.
@@ -232,10 +231,6 @@ func (rep *report) writeThroughput(w io.Writer) {
 	for _, c := range rep.contenders {
 		fmt.Fprintf(w, "- %s: %s\n", c.name, c.note)
 	}
-	if rep.coalesceChecks > 0 {
-		fmt.Fprintf(w, "\nThe coalescing prototype (flushers %d, batch ≤ %d) sent %d pipelines carrying %d queued checks (%.1f per pipeline) over the whole run.\n",
-			cfg.flushers, cfg.batch, rep.coalesceBatches, rep.coalesceChecks, float64(rep.coalesceChecks)/math.Max(1, float64(rep.coalesceBatches)))
-	}
 	if len(errNotes) > 0 {
 		fmt.Fprintln(w, "\nFirst error of each configuration with errors:")
 		fmt.Fprintln(w)
@@ -308,4 +303,4 @@ func (rep *report) writeLocal(w io.Writer) {
 }
 
 // oursRedis names our limiters over Redis, as shipped and the prototypes.
-var oursRedis = []string{"ours: redisstore", "ours: redisstore WithoutCoalescing", "ours: coalescing (prototype)", "ours: rueidis (prototype)"}
+var oursRedis = []string{"ours: redisstore", "ours: redisstore WithoutCoalescing", "ours: rueidis (prototype)"}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/exactlimit/ratelimit/internal/script"
 	"github.com/redis/rueidis"
 )
 
@@ -19,7 +19,7 @@ type RueidisStore struct {
 
 // NewRueidisStore returns a RueidisStore over client.
 func NewRueidisStore(client rueidis.Client) *RueidisStore {
-	return &RueidisStore{client: client, script: rueidis.NewLuaScript(redisstore.Script)}
+	return &RueidisStore{client: client, script: rueidis.NewLuaScript(script.Source)}
 }
 
 // Apply decides r against the bucket at key: EVALSHA, and EVAL on NOSCRIPT.
@@ -27,7 +27,7 @@ func (s *RueidisStore) Apply(ctx context.Context, key string, r ratelimit.Reques
 	if err := r.Validate(); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	args := argStrings(redisstore.Args(r))
+	args := argStrings(new(script.Encoder).Args(r))
 	ints, err := s.script.Exec(ctx, s.client, []string{key}, args).AsIntSlice()
 	if err != nil {
 		return ratelimit.Decision{}, fmt.Errorf("ratelimit: redis check of %q: %w", key, err)
@@ -36,7 +36,7 @@ func (s *RueidisStore) Apply(ctx context.Context, key string, r ratelimit.Reques
 	for i, n := range ints {
 		reply[i] = n
 	}
-	return redisstore.ParseReply(r, reply)
+	return script.ParseReply(r, reply)
 }
 
 // Reset deletes the bucket at key.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/exactlimit/ratelimit/internal/script"
 	redisrate "github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 )
@@ -69,9 +69,9 @@ func serverScripts(p policy) ([]serverScript, error) {
 		return nil
 	}
 	return []serverScript{
-		{name: scriptOurs, tag: "ours", body: redisstore.Script, sha: redisstore.ScriptSHA, args: redisstore.Args(r),
+		{name: scriptOurs, tag: "ours", body: script.Source, sha: script.SHA, args: new(script.Encoder).Args(r),
 			check: func(reply any) error {
-				d, err := redisstore.ParseReply(r, reply)
+				d, err := script.ParseReply(r, reply)
 				if err == nil && !d.Allowed {
 					err = errors.New("a first check on a fresh key was denied")
 				}

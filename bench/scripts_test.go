@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/exactlimit/ratelimit/internal/script"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -58,7 +58,7 @@ func TestOurServerArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(1000)}, Cost: 1}
-	want := argStrings(redisstore.Args(r))
+	want := argStrings(new(script.Encoder).Args(r))
 	got := argStrings(scripts[0].args)
 	if scripts[0].name != scriptOurs || strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("%s ARGV %q, redisstore.Args gives %q", scripts[0].name, got, want)
@@ -80,9 +80,9 @@ func TestOurServerArgs(t *testing.T) {
 	pipe := c.Pipeline()
 	cmds := make([]*redis.Cmd, 1001)
 	for i := range cmds {
-		cmds[i] = pipe.EvalSha(ctx, redisstore.ScriptSHA, []string{key}, args...)
+		cmds[i] = pipe.EvalSha(ctx, script.SHA, []string{key}, args...)
 	}
-	if err := c.ScriptLoad(ctx, redisstore.Script).Err(); err != nil {
+	if err := c.ScriptLoad(ctx, script.Source).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -93,7 +93,7 @@ func TestOurServerArgs(t *testing.T) {
 		if err != nil {
 			t.Fatalf("check %d: %v", i+1, err)
 		}
-		d, err := redisstore.ParseReply(r, res)
+		d, err := script.ParseReply(r, res)
 		if err != nil {
 			t.Fatalf("check %d: %v", i+1, err)
 		}
@@ -278,7 +278,7 @@ func TestCeilingSeesErrorReplies(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1})
 	defer c.Close()
 	ctx := context.Background()
-	if err := c.ScriptLoad(ctx, redisstore.Script).Err(); err != nil {
+	if err := c.ScriptLoad(ctx, script.Source).Err(); err != nil {
 		t.Fatal(err)
 	}
 	scripts, err := serverScripts(policy{rate: 1000, burst: 1000})
@@ -294,7 +294,7 @@ func TestCeilingSeesErrorReplies(t *testing.T) {
 		fail bool
 	}{{"shipped ARGV", good, false}, {"cost 0", bad, true}} {
 		e0, ok0 := errorReplies(ctx, c)
-		_, err := redisBenchmark(srv.addr, 200, 100, tc.name, "errcheck", redisstore.ScriptSHA, tc.args...)
+		_, err := redisBenchmark(srv.addr, 200, 100, tc.name, "errcheck", script.SHA, tc.args...)
 		e1, ok1 := errorReplies(ctx, c)
 		if !ok0 || !ok1 {
 			t.Fatal("no total_error_replies in INFO stats")

@@ -6,6 +6,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/internal/script"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
@@ -100,21 +101,21 @@ func (s *Store) eachGroup(ctx context.Context, groups [][]*ratelimit.BatchItem, 
 // cost without taking anything.
 func (s *Store) evalAll(ctx context.Context, items []*ratelimit.BatchItem, dry bool) error {
 	keys := make([]string, len(items))
-	args := timeArgs(items[0].Request, 1+2*len(items))
+	args := script.TimeArgs(items[0].Request, 1+2*len(items))
 	for i, it := range items {
 		keys[i] = it.Key
 		r := it.Request
 		if dry && !r.Peek {
 			r.Cost = -r.Cost // ask for it, take nothing
 		}
-		args = appendRequest(args, r)
+		args = s.enc.AppendRequest(args, r)
 	}
 	res, err := s.eval(ctx, keys, args)
 	if err != nil {
 		return wrapErr("check", keys[0], err)
 	}
 	if len(items) == 1 {
-		d, err := ParseReply(items[0].Request, res)
+		d, err := script.ParseReply(items[0].Request, res)
 		if err != nil {
 			return wrapErr("check", keys[0], err)
 		}
@@ -122,11 +123,11 @@ func (s *Store) evalAll(ctx context.Context, items []*ratelimit.BatchItem, dry b
 		return nil
 	}
 	v, ok := res.([]any)
-	if !ok || len(v) != replyLen*len(items) {
-		return wrapErr("check", keys[0], unexpected(res))
+	if !ok || len(v) != script.ReplyLen*len(items) {
+		return wrapErr("check", keys[0], script.Unexpected(res))
 	}
 	for i, it := range items {
-		d, err := parseAt(it.Request, v[i*replyLen:], res)
+		d, err := script.ParseAt(it.Request, v[i*script.ReplyLen:], res)
 		if err != nil {
 			return wrapErr("check", it.Key, err)
 		}

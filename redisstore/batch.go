@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/script"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,7 +44,7 @@ func (s *Store) pipelineOnce(ctx context.Context, items []*ratelimit.BatchItem) 
 	pipe := s.client.Pipeline()
 	for i, it := range items {
 		keys[i] = it.Key
-		cmds[i] = pipe.EvalSha(ctx, ScriptSHA, keys[i:i+1], Args(it.Request)...)
+		cmds[i] = pipe.EvalSha(ctx, script.SHA, keys[i:i+1], s.enc.Args(it.Request)...)
 	}
 	pipe.Exec(ctx) // each command carries its own error
 	var again []int
@@ -55,14 +56,14 @@ func (s *Store) pipelineOnce(ctx context.Context, items []*ratelimit.BatchItem) 
 	if len(again) > 0 {
 		pipe := s.client.Pipeline()
 		for _, i := range again {
-			cmds[i] = pipe.Eval(ctx, Script, keys[i:i+1], Args(items[i].Request)...)
+			cmds[i] = pipe.Eval(ctx, script.Source, keys[i:i+1], s.enc.Args(items[i].Request)...)
 		}
 		pipe.Exec(ctx)
 	}
 	for i, it := range items {
 		res, err := cmds[i].Result()
 		if err == nil {
-			it.Decision, err = ParseReply(it.Request, res)
+			it.Decision, err = script.ParseReply(it.Request, res)
 		}
 		if err != nil {
 			it.Err = wrapErr("check", it.Key, err)

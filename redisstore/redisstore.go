@@ -33,6 +33,7 @@ import (
 	"sync"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/script"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -43,9 +44,10 @@ type Store struct {
 	client   redis.UniversalClient
 	cluster  *redis.ClusterClient // client, when it is one
 	coalesce bool
-	lanes    int       // pipelines in flight per master
-	single   coalescer // the queue of a single server
-	masters  sync.Map  // on Cluster: master address -> *coalescer
+	lanes    int            // pipelines in flight per master
+	single   coalescer      // the queue of a single server
+	enc      script.Encoder // the script's arguments, with this store's policies
+	masters  sync.Map       // on Cluster: master address -> *coalescer
 
 	probeMu    sync.Mutex
 	probeOpts  *redis.Options // for Ping on a single server, read at New
@@ -143,11 +145,11 @@ func (s *Store) check(ctx context.Context, key string, r ratelimit.Request) (rat
 
 // apply sends one check: EVALSHA, and EVAL when the script is not cached.
 func (s *Store) apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
-	res, err := s.eval(ctx, []string{key}, Args(r))
+	res, err := s.eval(ctx, []string{key}, s.enc.Args(r))
 	if err != nil {
 		return ratelimit.Decision{}, wrapErr("check", key, err)
 	}
-	d, err := ParseReply(r, res)
+	d, err := script.ParseReply(r, res)
 	if err != nil {
 		return ratelimit.Decision{}, wrapErr("check", key, err)
 	}
@@ -157,9 +159,9 @@ func (s *Store) apply(ctx context.Context, key string, r ratelimit.Request) (rat
 // eval runs the script once: EVALSHA, and EVAL of its body when the server
 // has not cached it (NOSCRIPT: the script did not run).
 func (s *Store) eval(ctx context.Context, keys []string, args []any) (any, error) {
-	res, err := s.client.EvalSha(ctx, ScriptSHA, keys, args...).Result()
+	res, err := s.client.EvalSha(ctx, script.SHA, keys, args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		res, err = s.client.Eval(ctx, Script, keys, args...).Result()
+		res, err = s.client.Eval(ctx, script.Source, keys, args...).Result()
 	}
 	return res, err
 }
@@ -287,12 +289,12 @@ func (c *DecisionCmd) Result() (ratelimit.Decision, error) {
 	}
 	res, err := c.cmd.Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		res, err = c.s.client.Eval(c.ctx, Script, []string{c.key}, Args(c.r)...).Result()
+		res, err = c.s.client.Eval(c.ctx, script.Source, []string{c.key}, c.s.enc.Args(c.r)...).Result()
 	}
 	if err != nil {
 		return ratelimit.Decision{}, wrapErr("check", c.key, err)
 	}
-	d, err := ParseReply(c.r, res)
+	d, err := script.ParseReply(c.r, res)
 	if err != nil {
 		return ratelimit.Decision{}, wrapErr("check", c.key, err)
 	}
@@ -310,5 +312,5 @@ func (s *Store) Queue(ctx context.Context, pipe redis.Pipeliner, key string, r r
 	if err := r.Validate(); err != nil {
 		return &DecisionCmd{err: err}
 	}
-	return &DecisionCmd{s: s, ctx: ctx, r: r, key: key, cmd: pipe.EvalSha(ctx, ScriptSHA, []string{key}, Args(r)...)}
+	return &DecisionCmd{s: s, ctx: ctx, r: r, key: key, cmd: pipe.EvalSha(ctx, script.SHA, []string{key}, s.enc.Args(r)...)}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/script"
 	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/redisstore"
@@ -72,7 +73,7 @@ func TestSuiteCluster(t *testing.T) {
 // exec runs the script directly, bypassing every Go check, with the raw
 // ARGV given.
 func exec(ctx context.Context, c redis.UniversalClient, key string, argv ...any) (any, error) {
-	return c.Eval(ctx, redisstore.Script, []string{key}, argv...).Result()
+	return c.Eval(ctx, script.Source, []string{key}, argv...).Result()
 }
 
 func lim(capacity, refill int64, period time.Duration) ratelimit.Limit {
@@ -496,7 +497,7 @@ func TestDifferential(t *testing.T) {
 		{{Capacity: 10, RefillTokens: 1, RefillPeriod: 100 * time.Millisecond}}, // PerSecond(10) in other terms
 	}
 	// The transaction below cannot react to NOSCRIPT.
-	if err := client.ScriptLoad(ctx, redisstore.Script).Err(); err != nil {
+	if err := client.ScriptLoad(ctx, script.Source).Err(); err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(7, 11))

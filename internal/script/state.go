@@ -1,4 +1,4 @@
-package redisstore
+package script
 
 import (
 	"encoding/binary"

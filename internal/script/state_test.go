@@ -1,4 +1,4 @@
-package redisstore_test
+package script_test
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/script"
 	"github.com/exactlimit/ratelimit/redisstore"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
@@ -16,17 +18,17 @@ import (
 // band holds at most its capacity; never a panic. The seed corpus is in
 // testdata/fuzz/FuzzDecodeState.
 func FuzzDecodeState(f *testing.F) {
-	f.Add(redisstore.EncodeState(tokenbucket.State{Last: 1_700_000_000_000_000, Bands: []tokenbucket.Band{{Limit: tokenbucket.Lowest(ratelimit.PerSecond(10)), Level: 500_000}}}))
+	f.Add(script.EncodeState(tokenbucket.State{Last: 1_700_000_000_000_000, Bands: []tokenbucket.Band{{Limit: tokenbucket.Lowest(ratelimit.PerSecond(10)), Level: 500_000}}}))
 	f.Add("")
 	f.Fuzz(func(t *testing.T, raw string) {
-		st, err := redisstore.DecodeState(raw)
+		st, err := script.DecodeState(raw)
 		if err != nil {
 			if !errors.Is(err, tokenbucket.ErrCorruptState) {
 				t.Fatalf("DecodeState(%q) = %v, want ErrCorruptState", raw, err)
 			}
 			return
 		}
-		if got := redisstore.EncodeState(st); got != raw {
+		if got := script.EncodeState(st); got != raw {
 			t.Fatalf("DecodeState(%q) = %+v, which encodes to %q", raw, st, got)
 		}
 		for _, b := range st.Bands {
@@ -41,14 +43,15 @@ func FuzzDecodeState(f *testing.F) {
 // fuzz seeds and more at a key and checks that the script refuses it as
 // malformed exactly when DecodeState does.
 func TestTheScriptAndDecodeStateRefuseTheSameValues(t *testing.T) {
-	_, client := standalone(t)
+	client := redistest.NewClient(redistest.StartServer(t).Addr())
+	t.Cleanup(func() { client.Close() })
 	ctx := context.Background()
 	limit := ratelimit.PerSecond(10)
 	l, _ := ratelimit.New[string](redisstore.New(client), limit)
 	now := time.Now().UnixMicro()
 	ok := tokenbucket.Band{Limit: tokenbucket.Lowest(limit), Level: 300_000}
-	valid := redisstore.EncodeState(tokenbucket.State{Last: now, Bands: []tokenbucket.Band{ok}})
-	other := redisstore.EncodeState(tokenbucket.State{Last: now, Bands: []tokenbucket.Band{{Limit: tokenbucket.Lowest(ratelimit.PerMinute(7)), Level: 3}, ok}})
+	valid := script.EncodeState(tokenbucket.State{Last: now, Bands: []tokenbucket.Band{ok}})
+	other := script.EncodeState(tokenbucket.State{Last: now, Bands: []tokenbucket.Band{{Limit: tokenbucket.Lowest(ratelimit.PerMinute(7)), Level: 3}, ok}})
 	for _, raw := range []string{
 		valid, other, "", "short", valid[:16], valid + "\x00", other[:len(other)-1],
 		valid[:14] + "\x8a\x00\x01\xa0\x8d\x06", // a two-byte varint for 10
@@ -59,7 +62,7 @@ func TestTheScriptAndDecodeStateRefuseTheSameValues(t *testing.T) {
 		key := l.Key("s")
 		client.Set(ctx, key, raw, time.Minute)
 		_, luaErr := l.Peek(ctx, "s")
-		_, goErr := redisstore.DecodeState(raw)
+		_, goErr := script.DecodeState(raw)
 		if errors.Is(luaErr, tokenbucket.ErrCorruptState) != (goErr != nil) {
 			t.Errorf("stored %q: the script says %v, DecodeState %v", raw, luaErr, goErr)
 		}
@@ -69,11 +72,11 @@ func TestTheScriptAndDecodeStateRefuseTheSameValues(t *testing.T) {
 func TestAnUnexpectedReplyWrapsItsSentinel(t *testing.T) {
 	r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(10)}, Cost: 1}
 	for _, reply := range []any{nil, "OK", []any{int64(1)}, []any{int64(1), int64(2), "x"}, []any{int64(4), int64(1), int64(0)}, []any{int64(-1), int64(1), int64(0)}} {
-		if _, err := redisstore.ParseReply(r, reply); !errors.Is(err, redisstore.ErrUnexpectedReply) {
+		if _, err := script.ParseReply(r, reply); !errors.Is(err, redisstore.ErrUnexpectedReply) {
 			t.Errorf("ParseReply(%v) = %v, want ErrUnexpectedReply", reply, err)
 		}
 	}
-	if d, err := redisstore.ParseReply(r, []any{int64(3), int64(9), int64(100_000)}); err != nil || !d.Allowed || !d.Converted || d.Remaining != 9 || d.ResetAfter != 100*time.Millisecond {
+	if d, err := script.ParseReply(r, []any{int64(3), int64(9), int64(100_000)}); err != nil || !d.Allowed || !d.Converted || d.Remaining != 9 || d.ResetAfter != 100*time.Millisecond {
 		t.Errorf("a short reply: %+v %v", d, err)
 	}
 }
