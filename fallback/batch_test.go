@@ -42,7 +42,7 @@ func TestApplyBatch(t *testing.T) {
 		}
 		return nil
 	}
-	s := mustNew(t, prim, WithOutage(LocalFallback), WithClock(clk.Now), WithPartitions(partOf, ping))
+	s := mustNew(t, prim, WithOutage(LocalFallback), WithClock(clk.Now), withPartitions(partOf, ping))
 	batch := func() []ratelimit.BatchItem {
 		return []ratelimit.BatchItem{
 			{Key: "a1", Request: req(perMinute100, 1, clk.Now())},

@@ -197,7 +197,7 @@ func WithProbe(ping func(ctx context.Context) error) Option {
 // ForEachMaster (which reloads it before returning) when the ping fails.
 // The breaker keeps checks away from a dead master, so nothing else makes the
 // client reload its layout before ClusterStateReloadInterval (60 s).
-func WithPartitions(partition func(ctx context.Context, key string) string, ping func(ctx context.Context, partition string) error) Option {
+func withPartitions(partition func(ctx context.Context, key string) string, ping func(ctx context.Context, partition string) error) Option {
 	return func(c *config) {
 		if partition == nil || ping == nil {
 			c.invalid("partition and ping functions must not be nil")

@@ -35,7 +35,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{"a nil classifier", p, []Option{WithClassifier(nil)}, "classifier must not be nil"},
 		{"a nil probe", p, []Option{WithProbe(nil)}, "probe must not be nil"},
 		{"a nil observer", p, []Option{WithObserver(nil)}, "observer must not be nil"},
-		{"a nil partition ping", p, []Option{WithPartitions(func(context.Context, string) string { return "" }, nil)}, "must not be nil"},
+		{"a nil partition ping", p, []Option{withPartitions(func(context.Context, string) string { return "" }, nil)}, "must not be nil"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+" is an invalid argument", func(t *testing.T) {
@@ -737,7 +737,7 @@ func TestPartitions(t *testing.T) {
 		}
 		return nil
 	}
-	s := mustNew(t, prim, WithOutage(ReturnError), WithPartitions(partOf, ping))
+	s := mustNew(t, prim, WithOutage(ReturnError), withPartitions(partOf, ping))
 	for _, k := range []string{"a1", "b1", "c1"} {
 		if _, err := s.Apply(ctx, k, req(perMinute100, 1, time.Time{})); err != nil {
 			t.Fatalf("%s while all up: %v", k, err)
@@ -851,7 +851,7 @@ func TestPartitionsFollowAFailover(t *testing.T) {
 		m := newMovingPartitions()
 		var mu sync.Mutex
 		var events []string
-		s := mustNew(t, m, WithOutage(ReturnError), WithPartitions(m.partition, m.ping),
+		s := mustNew(t, m, WithOutage(ReturnError), withPartitions(m.partition, m.ping),
 			WithObserver(ObserverFunc(func(_ context.Context, e Event) {
 				mu.Lock()
 				events = append(events, fmt.Sprint(e.Partition, "=", e.Alive))
@@ -1054,7 +1054,7 @@ func TestObserver(t *testing.T) {
 		var dead atomic.Value
 		dead.Store("a")
 		s := mustNew(t, &partitionedPrimary{fakePrimary: newFakePrimary(time.Now), dead: &dead},
-			WithPartitions(func(_ context.Context, key string) string { return key[:1] }, func(context.Context, string) error { return nil }),
+			withPartitions(func(_ context.Context, key string) string { return key[:1] }, func(context.Context, string) error { return nil }),
 			WithObserver(ObserverFunc(func(_ context.Context, e Event) {
 				names = append(names, fmt.Sprint(e.Partition, "=", e.Alive))
 			})))

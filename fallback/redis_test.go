@@ -357,7 +357,7 @@ func TestProxyDropAndStall(t *testing.T) {
 // is killed and its replica promoted.
 //
 // Bounds checked, for a Store with LocalFallback and one with ReturnError,
-// both with a liveness flag per master (WithPartitions): the checks of the
+// both with a liveness flag per master: the checks of the
 // other masters' subjects never fail and never leave the shared buckets; the
 // checks of the killed master's subjects fall back (LocalFallback) or fail
 // with ErrUnavailable (ReturnError), and only between the kill and the end
@@ -366,9 +366,9 @@ func TestProxyDropAndStall(t *testing.T) {
 // interval, with room for a loaded machine); afterwards they are decided by
 // the promoted replica, and IsAlive is true again within the same bound: the
 // dead master's partition, which no key maps to any more, is forgotten. The
-// LocalFallback store uses redisstore.ClusterPartitions; the ReturnError one, on a
-// client of its own, a partition ping written by hand that calls ReloadState
-// when it fails, as WithPartitions documents.
+// LocalFallback store uses the partitions redisstore reports; the ReturnError
+// one, on a client of its own, a partition ping written by hand that calls
+// ReloadState when it fails.
 func TestClusterFailover(t *testing.T) {
 	checkNoLeak(t)
 	const deadline = time.Second
@@ -393,8 +393,8 @@ func TestClusterFailover(t *testing.T) {
 		}
 		return err
 	}
-	newStore := func(o Outage, cc *redis.ClusterClient, partitions Option) (*Store, *ratelimit.Limiter[string]) {
-		s := mustNew(t, redisstore.New(cc), WithOutage(o), WithClock(clk.Now), partitions)
+	newStore := func(o Outage, cc *redis.ClusterClient, more ...Option) (*Store, *ratelimit.Limiter[string]) {
+		s := mustNew(t, redisstore.New(cc), append([]Option{WithOutage(o), WithClock(clk.Now)}, more...)...)
 		lim, err := ratelimit.New[string](s, ratelimit.PerMinute(100000), ratelimit.WithClock(clk.Now), ratelimit.WithNamespace("fault"))
 		if err != nil {
 			t.Fatal(err)
@@ -402,8 +402,8 @@ func TestClusterFailover(t *testing.T) {
 		runProbe(t, s)
 		return s, lim
 	}
-	localStore, localLim := newStore(LocalFallback, cc, WithPartitions(redisstore.ClusterPartitions(cc)))
-	errStore, errLim := newStore(ReturnError, ownCC, WithPartitions(partOf, pingMaster))
+	localStore, localLim := newStore(LocalFallback, cc)
+	errStore, errLim := newStore(ReturnError, ownCC, withPartitions(partOf, pingMaster))
 
 	victim := c.Masters()[0]
 	// Two subjects on the victim's slots and two on the others'.
@@ -464,7 +464,7 @@ func TestClusterFailover(t *testing.T) {
 	victim.Kill()
 	c.WaitForFailover(t, victim, 15*time.Second)
 	failoverAt := time.Now()
-	stores := map[string]*Store{"LocalFallback (ClusterPartitions)": localStore, "ReturnError (ReloadState)": errStore}
+	stores := map[string]*Store{"LocalFallback (found by the store)": localStore, "ReturnError (ReloadState)": errStore}
 	aliveAfter := map[string]time.Duration{}
 	waitFor(t, 10*time.Second, "the victim's subjects back on the shared store, and IsAlive true on both stores", func() bool {
 		for name, s := range stores {

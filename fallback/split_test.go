@@ -30,7 +30,7 @@ func TestApplySplitIsApplyOnTheJoinedKey(t *testing.T) {
 		}, nil},
 		{"with partitions", func() (ratelimit.Store, *fakePrimary) {
 			return memstore.New(memstore.WithClock(clk.Now)), nil
-		}, []Option{WithPartitions(partOf, ping)}},
+		}, []Option{withPartitions(partOf, ping)}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			primary, fake := tt.primary()

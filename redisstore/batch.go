@@ -49,7 +49,7 @@ func (s *Store) pipelineOnce(ctx context.Context, items []*ratelimit.BatchItem) 
 	pipe.Exec(ctx) // each command carries its own error
 	var again []int
 	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if noScript(cmd.Err()) {
 			again = append(again, i)
 		}
 	}

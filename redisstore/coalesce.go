@@ -43,7 +43,7 @@ func (s *Store) coalescerFor(ctx context.Context, key string) *coalescer {
 	if s.cluster == nil {
 		return &s.single
 	}
-	addr := s.Partition(ctx, key)
+	addr := s.partition(ctx, key)
 	if c, ok := s.masters.Load(addr); ok {
 		return c.(*coalescer)
 	}

@@ -7,13 +7,9 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// ClusterPartitions returns the partition and ping functions of
-// fallback.WithPartitions for a store on the Redis Cluster behind cc, one partition
-// per master:
-//
-//	fallback.New(redisstore.New(cc), fallback.WithPartitions(redisstore.ClusterPartitions(cc)))
-//
-// A key's partition is the address of the master that owns its slot in cc's
+// clusterPartitions returns the partition and ping functions a Store on
+// the Redis Cluster behind cc reports to package fallback (see
+// Store.Partitions), one partition per master. A key's partition is the address of the master that owns its slot in cc's
 // cached layout ("" before cc has one), read without I/O. A partition's ping
 // is a PING of that master on a connection of its own, dialled for the ping
 // and closed after it, because go-redis's pool re-dials only about once a
@@ -23,7 +19,7 @@ import (
 // promoted in its place before its next periodic reload. The probe then
 // finds the dead master's keys on the promoted replica, forgets the dead
 // master's partition and lets those keys go to the shared buckets again.
-func ClusterPartitions(cc *redis.ClusterClient) (partition func(ctx context.Context, key string) string, ping func(ctx context.Context, addr string) error) {
+func clusterPartitions(cc *redis.ClusterClient) (partition func(ctx context.Context, key string) string, ping func(ctx context.Context, addr string) error) {
 	// The probe's options come from the cluster's, read once here: a node
 	// client's own Options may be written while it connects.
 	co := cc.Options()

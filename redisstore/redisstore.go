@@ -160,11 +160,15 @@ func (s *Store) apply(ctx context.Context, key string, r ratelimit.Request) (rat
 // has not cached it (NOSCRIPT: the script did not run).
 func (s *Store) eval(ctx context.Context, keys []string, args []any) (any, error) {
 	res, err := s.client.EvalSha(ctx, script.SHA, keys, args...).Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if noScript(err) {
 		res, err = s.client.Eval(ctx, script.Source, keys, args...).Result()
 	}
 	return res, err
 }
+
+// noScript reports whether err is the server's NOSCRIPT: it has not cached
+// the script, which did not run, so running its body is safe.
+func noScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // Ping reports whether Redis answers, for a liveness probe (see package
 // fallback). On a single server it pings on a connection of its own, outside
@@ -216,24 +220,25 @@ func (s *Store) Close() error {
 	return err
 }
 
-// Partitions returns Partition and PingPartition on Cluster, and nil
-// functions on a single server, which is one partition: package fallback
-// then keeps one liveness flag per master without WithPartitions (see
-// fallback.Partitioner).
+// Partitions reports the store's partitions to package fallback (see
+// fallback.Partitioner): on Cluster one per master, named by its address,
+// with a ping of that master alone; on a single server nil functions, since
+// it is one partition. fallback.New(redisstore.New(cc)) so keeps one liveness
+// flag per master with no more wiring.
 func (s *Store) Partitions() (partition func(ctx context.Context, key string) string, ping func(ctx context.Context, partition string) error) {
 	if s.cluster == nil {
 		return nil, nil
 	}
-	return s.Partition, s.PingPartition
+	return s.partition, s.pingPartition
 }
 
-// Partition names the partition of the server that keeps key's bucket: on
+// partition names the partition of the server that keeps key's bucket: on
 // Cluster the address of the master that owns the key's slot in the client's
 // cached layout ("" before it has one), read without I/O; on a single server
 // "", one partition for every key. Package fallback keeps a liveness flag
 // per partition (see fallback.Partitioner), so a Cluster master that fails
 // leaves the other masters' subjects on the shared buckets.
-func (s *Store) Partition(ctx context.Context, key string) string {
+func (s *Store) partition(ctx context.Context, key string) string {
 	if s.cluster == nil {
 		return ""
 	}
@@ -244,16 +249,16 @@ func (s *Store) Partition(ctx context.Context, key string) string {
 	return m.Options().Addr // set when the node client is made, never written after
 }
 
-// PingPartition checks one partition, as Ping checks them all: on Cluster a
-// PING of that master on a connection of its own (see ClusterPartitions), on
+// pingPartition checks one partition, as Ping checks them all: on Cluster a
+// PING of that master on a connection of its own (see clusterPartitions), on
 // a single server Ping.
-func (s *Store) PingPartition(ctx context.Context, partition string) error {
+func (s *Store) pingPartition(ctx context.Context, partition string) error {
 	if s.cluster == nil {
 		return s.Ping(ctx)
 	}
 	s.probeMu.Lock()
 	if s.pingMaster == nil {
-		_, s.pingMaster = ClusterPartitions(s.cluster)
+		_, s.pingMaster = clusterPartitions(s.cluster)
 	}
 	ping := s.pingMaster
 	s.probeMu.Unlock()
@@ -288,8 +293,8 @@ func (c *DecisionCmd) Result() (ratelimit.Decision, error) {
 		return ratelimit.Decision{}, c.err
 	}
 	res, err := c.cmd.Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		res, err = c.s.client.Eval(c.ctx, script.Source, []string{c.key}, c.s.enc.Args(c.r)...).Result()
+	if noScript(err) {
+		res, err = c.s.eval(c.ctx, []string{c.key}, c.s.enc.Args(c.r))
 	}
 	if err != nil {
 		return ratelimit.Decision{}, wrapErr("check", c.key, err)

@@ -70,14 +70,10 @@ func openStore(o storeOptions) (*stores, error) {
 	if o.observer != nil {
 		opts = append(opts, fallback.WithObserver(o.observer))
 	}
-	// On a single server fallback probes with the primary's own Ping
-	// (redisstore.Store.Ping: a PING on a connection of its own, which
-	// sees Redis back before the client's pool would dial again).
-	if cc, ok := client.(*redis.ClusterClient); ok {
-		// On Cluster, one liveness flag per master: one master down is not
-		// the whole cluster down.
-		opts = append(opts, fallback.WithPartitions(redisstore.ClusterPartitions(cc)))
-	}
+	// fallback probes with the primary's own Ping (a PING on a connection
+	// of its own, which sees Redis back before the client's pool would dial
+	// again) and, on Cluster, keeps one liveness flag per master, which the
+	// primary reports: one master down is not the whole cluster down.
 	fb, err := fallback.New(primary, opts...)
 	if err != nil {
 		s.close()

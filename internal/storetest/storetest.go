@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
 )
 
 // Clock is a settable clock for WithClock.
@@ -57,6 +58,16 @@ func Run(t *testing.T, store ratelimit.Store) {
 				return l
 			}
 			tc.run(t, &env{ctx: context.Background(), clock: clock, newLimiter: newLimiter})
+		})
+	}
+	bs, ok := store.(ratelimit.BatchStore)
+	if !ok {
+		return
+	}
+	for _, tc := range batchCases {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := fmt.Sprintf("suite-%s-%d", t.Name(), time.Now().UnixNano())
+			tc.run(t, &batchEnv{ctx: context.Background(), store: bs, now: Start, ns: ns})
 		})
 	}
 }
@@ -298,6 +309,109 @@ var cases = []struct {
 			if _, err := store.Apply(e.ctx, l.Key("s"), r); !errors.Is(err, ratelimit.ErrInvalidArgument) {
 				t.Errorf("Apply(%+v) err = %v, want ErrInvalidArgument", r, err)
 			}
+		}
+	}},
+}
+
+// batchEnv is what a BatchStore case works with: the store, a time and a
+// namespace of its own.
+type batchEnv struct {
+	ctx   context.Context
+	store ratelimit.BatchStore
+	now   time.Time
+	ns    string
+}
+
+// item is a check of cost on subject under limits, at e.now.
+func (e *batchEnv) item(subject string, cost int64, limits ...ratelimit.Limit) ratelimit.BatchItem {
+	return ratelimit.BatchItem{Key: keyfmt.Key(e.ns, subject), Request: ratelimit.Request{Limits: limits, Cost: cost, Now: e.now}}
+}
+
+// left returns the tokens subject holds under limit at e.now.
+func (e *batchEnv) left(t *testing.T, subject string, limit ratelimit.Limit) int64 {
+	t.Helper()
+	d, err := e.store.Apply(e.ctx, keyfmt.Key(e.ns, subject), ratelimit.Request{Limits: []ratelimit.Limit{limit}, Peek: true, Now: e.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Remaining
+}
+
+var batchCases = []struct {
+	name string
+	run  func(t *testing.T, e *batchEnv)
+}{
+	{"ApplyBatch decides each item on its own, items on one key in order", func(t *testing.T, e *batchEnv) {
+		lim := ratelimit.PerMinute(3)
+		items := []ratelimit.BatchItem{
+			e.item("a", 2, lim), e.item("b", 1, lim), e.item("a", 2, lim), e.item("a", 1, lim),
+			e.item("c", 0, lim), // invalid: cost 0
+		}
+		e.store.ApplyBatch(e.ctx, items)
+		for i, w := range []struct {
+			allowed bool
+			left    int64
+		}{{true, 1}, {true, 2}, {false, 1}, {true, 0}} {
+			it := items[i]
+			if it.Err != nil || it.Decision.Allowed != w.allowed || it.Decision.Remaining != w.left {
+				t.Fatalf("item %d = %+v, %v; want allowed %v, remaining %d", i, it.Decision, it.Err, w.allowed, w.left)
+			}
+		}
+		if !errors.Is(items[4].Err, ratelimit.ErrInvalidArgument) {
+			t.Fatalf("invalid item: err = %v, want ErrInvalidArgument", items[4].Err)
+		}
+		if got := e.left(t, "c", lim); got != 3 {
+			t.Fatalf("the invalid item took from its bucket: %d left", got)
+		}
+	}},
+	{"ApplyAll takes every cost when every bucket holds it", func(t *testing.T, e *batchEnv) {
+		perClient, perRoute := ratelimit.PerMinute(5), ratelimit.PerMinute(10)
+		items := []ratelimit.BatchItem{e.item("client", 2, perClient), e.item("route", 4, perRoute), e.item("peeked", 1, perClient)}
+		items[2].Request.Peek = true
+		if err := e.store.ApplyAll(e.ctx, items); err != nil {
+			t.Fatal(err)
+		}
+		for i, left := range []int64{3, 6, 5} {
+			if d := items[i].Decision; !d.Allowed || d.Remaining != left {
+				t.Fatalf("item %d = %+v, want allowed with %d left", i, d, left)
+			}
+		}
+		if e.left(t, "client", perClient) != 3 || e.left(t, "route", perRoute) != 6 || e.left(t, "peeked", perClient) != 5 {
+			t.Fatal("the buckets do not hold what the decisions said")
+		}
+	}},
+	{"ApplyAll takes nothing when one bucket denies", func(t *testing.T, e *batchEnv) {
+		lim := ratelimit.PerMinute(5)
+		if err := e.store.ApplyAll(e.ctx, []ratelimit.BatchItem{e.item("full", 4, lim)}); err != nil {
+			t.Fatal(err)
+		}
+		items := []ratelimit.BatchItem{e.item("fresh", 3, lim), e.item("full", 3, lim)}
+		if err := e.store.ApplyAll(e.ctx, items); err != nil {
+			t.Fatal(err)
+		}
+		if d := items[0].Decision; !d.Allowed || d.Remaining != 5 {
+			t.Fatalf("the bucket that held its cost = %+v, want allowed with its untouched 5", d)
+		}
+		if d := items[1].Decision; d.Allowed || d.Remaining != 1 || d.RetryAfter != 24*time.Second {
+			t.Fatalf("the bucket that denied = %+v, want denied, 1 left, retry in 24s", d)
+		}
+		if e.left(t, "fresh", lim) != 5 || e.left(t, "full", lim) != 1 {
+			t.Fatal("a denied ApplyAll took tokens")
+		}
+	}},
+	{"ApplyAll refuses a key named twice, and an invalid item, before taking anything", func(t *testing.T, e *batchEnv) {
+		lim := ratelimit.PerMinute(5)
+		for name, items := range map[string][]ratelimit.BatchItem{
+			"a key twice":  {e.item("x", 1, lim), e.item("x", 1, lim)},
+			"cost 0":       {e.item("x", 1, lim), e.item("y", 0, lim)},
+			"another time": {e.item("x", 1, lim), {Key: keyfmt.Key(e.ns, "y"), Request: ratelimit.Request{Limits: []ratelimit.Limit{lim}, Cost: 1, Now: e.now.Add(time.Second)}}},
+		} {
+			if err := e.store.ApplyAll(e.ctx, items); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+				t.Errorf("%s: err = %v, want ErrInvalidArgument", name, err)
+			}
+		}
+		if e.left(t, "x", lim) != 5 {
+			t.Fatal("a refused ApplyAll took tokens")
 		}
 	}},
 }

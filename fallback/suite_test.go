@@ -1,0 +1,33 @@
+package fallback
+
+import (
+	"testing"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/memstore"
+	"github.com/exactlimit/ratelimit/redisstore"
+)
+
+// TestSuite runs the behaviour suite every store passes over a fallback
+// Store with a healthy primary: the wrapper must decide exactly as the store
+// it wraps, batches and all-or-nothing checks included.
+func TestSuite(t *testing.T) {
+	primaries := map[string]func(t *testing.T) ratelimit.Store{
+		"memstore": func(*testing.T) ratelimit.Store { return memstore.New() },
+		"redis": func(t *testing.T) ratelimit.Store {
+			return redisstore.New(newRedisClient(t, redistest.StartServer(t).Addr()))
+		},
+		"redis cluster": func(t *testing.T) ratelimit.Store {
+			return redisstore.New(redisClusterClient(t, redistest.StartCluster(t, 3, 0)))
+		},
+	}
+	for name, primary := range primaries {
+		for _, o := range []Outage{ReturnError, LocalFallback} {
+			t.Run(name+"/"+o.String(), func(t *testing.T) {
+				storetest.Run(t, mustNew(t, primary(t), WithOutage(o)))
+			})
+		}
+	}
+}
