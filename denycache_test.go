@@ -15,28 +15,11 @@ import (
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
-// counting wraps a Store and counts the calls that reach it.
-type counting struct {
-	ratelimit.Store
-	applies atomic.Int64
-	resets  atomic.Int64
-}
-
-func (c *counting) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
-	c.applies.Add(1)
-	return c.Store.Apply(ctx, key, r)
-}
-
-func (c *counting) Reset(ctx context.Context, key string) error {
-	c.resets.Add(1)
-	return c.Store.Reset(ctx, key)
-}
-
 // cached returns a limiter with a denial cache of size on a counted
 // memstore, on clock.
-func cached(t testing.TB, clock *storetest.Clock, size int, limits ...ratelimit.Limit) (*ratelimit.Limiter[string], *counting) {
+func cached(t testing.TB, clock *storetest.Clock, size int, limits ...ratelimit.Limit) (*ratelimit.Limiter[string], *storetest.Counting) {
 	t.Helper()
-	store := &counting{Store: memstore.New(memstore.WithClock(clock.Now))}
+	store := &storetest.Counting{Store: memstore.New(memstore.WithClock(clock.Now))}
 	l, err := ratelimit.NewMulti[string](store, limits, ratelimit.WithClock(clock.Now), ratelimit.WithDenyCache(size))
 	if err != nil {
 		t.Fatal(err)
@@ -56,12 +39,12 @@ type cacheStep struct {
 	retry   time.Duration
 }
 
-func runCache(t *testing.T, l *ratelimit.Limiter[string], clock *storetest.Clock, store *counting, steps []cacheStep) {
+func runCache(t *testing.T, l *ratelimit.Limiter[string], clock *storetest.Clock, store *storetest.Counting, steps []cacheStep) {
 	t.Helper()
 	ctx := context.Background()
 	for i, s := range steps {
 		clock.Add(s.advance)
-		before := store.applies.Load()
+		before := store.Applies.Load()
 		d, err := l.TryAcquireN(ctx, s.subject, s.cost)
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
@@ -70,7 +53,7 @@ func runCache(t *testing.T, l *ratelimit.Limiter[string], clock *storetest.Clock
 			t.Fatalf("step %d (+%v, %s costs %d) = {allowed:%v source:%v retry:%v}, want {allowed:%v source:%v retry:%v}",
 				i, s.advance, s.subject, s.cost, d.Allowed, d.Source, d.RetryAfter, s.allowed, s.source, s.retry)
 		}
-		called := store.applies.Load() - before
+		called := store.Applies.Load() - before
 		if want := int64(1); s.source == ratelimit.SourceCache {
 			if called != 0 {
 				t.Fatalf("step %d was decided by the cache but reached the store", i)
@@ -249,7 +232,7 @@ func TestDenyCacheWithTheStoresOwnClock(t *testing.T) {
 	// No WithClock: the store decides by its own clock, and the cache times
 	// denials from time.Now read before the store is called. Nothing here
 	// waits: an hour-long wait cannot pass during the test.
-	store := &counting{Store: memstore.New()}
+	store := &storetest.Counting{Store: memstore.New()}
 	l, err := ratelimit.New[string](store, ratelimit.PerHour(1), ratelimit.WithDenyCache(8))
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +253,7 @@ func TestDenyCacheWithTheStoresOwnClock(t *testing.T) {
 	if got.RetryAfter > peek.RetryAfter || got.RetryAfter > first.RetryAfter || got.RetryAfter < first.RetryAfter-time.Second {
 		t.Fatalf("cache's RetryAfter %v; the store's was %v and is now %v", got.RetryAfter, first.RetryAfter, peek.RetryAfter)
 	}
-	if n := store.applies.Load(); n != 3 {
+	if n := store.Applies.Load(); n != 3 {
 		t.Fatalf("the store saw %d checks, want 3 (two acquires and the peek)", n)
 	}
 }
@@ -321,12 +304,12 @@ func TestDenyCacheResetAndPeek(t *testing.T) {
 		l, store := cached(t, clock, 8, ratelimit.PerMinute(2))
 		l.TryAcquireN(ctx, "s", 2)
 		for range 2 {
-			before := store.applies.Load()
+			before := store.Applies.Load()
 			d, err := l.Peek(ctx, "s")
 			if err != nil || d.Allowed || d.Source != ratelimit.SourceStore || d.RetryAfter != 30*time.Second {
 				t.Fatalf("peek = %+v %v; want denied by the store, retry after 30s", d, err)
 			}
-			if store.applies.Load() != before+1 {
+			if store.Applies.Load() != before+1 {
 				t.Fatal("peek did not reach the store")
 			}
 		}
@@ -469,7 +452,7 @@ func TestDenyCacheUnderConcurrency(t *testing.T) {
 	if admitted.Load() != 4*50 {
 		t.Fatalf("admitted %d, want exactly 4 subjects × 50", admitted.Load())
 	}
-	if n := store.applies.Load(); n > 4*50+8*4*2 {
+	if n := store.Applies.Load(); n > 4*50+8*4*2 {
 		t.Fatalf("the store saw %d of 1600 checks; the cache should have answered most denials", n)
 	}
 }

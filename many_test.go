@@ -111,7 +111,7 @@ func TestTryAcquireMany(t *testing.T) {
 		if got := strings.Join(rec.keys, " "); got != "1:n:a 1:n:b 1:n:a 1:n:a 1:n:b" {
 			t.Fatalf("the store got %q", got)
 		}
-		store := &counting{Store: memstore.New()}
+		store := &storetest.Counting{Store: memstore.New()}
 		l, _ = ratelimit.New[string](store, ratelimit.PerMinute(2))
 		checkResults(t, l.TryAcquireMany(ctx, items), wants)
 	})

@@ -56,14 +56,6 @@ func (e *events) take() []string {
 	return l
 }
 
-// failing is a Store that cannot be reached.
-type failing struct{}
-
-func (failing) Apply(context.Context, string, ratelimit.Request) (ratelimit.Decision, error) {
-	return ratelimit.Decision{}, errors.New("connection refused")
-}
-func (failing) Reset(context.Context, string) error { return errors.New("connection refused") }
-
 func TestObserver(t *testing.T) {
 	ctx := context.Background()
 	clock := storetest.NewClock(storetest.Start)
@@ -94,7 +86,7 @@ func TestObserver(t *testing.T) {
 			"decision ns=n key=1:n:s cost=1 peek=false allowed=false source=cache",
 			"decision ns=n key=1:n:s cost=1 peek=true allowed=false source=store",
 		}},
-		{"invalid arguments, before any store", func() ratelimit.Store { return failing{} }, nil, func(l *ratelimit.Limiter[string]) {
+		{"invalid arguments, before any store", func() ratelimit.Store { return storetest.Failing{Err: errors.New("connection refused")} }, nil, func(l *ratelimit.Limiter[string]) {
 			l.TryAcquireN(ctx, "s", 3)
 			l.TryAcquire(ctx, "")
 			l.Peek(ctx, "")
@@ -113,7 +105,7 @@ func TestObserver(t *testing.T) {
 				"error ns=n key=1:n:s op=acquire cost=1 kind=invalid",
 				"error ns=n key=1:n:s op=peek cost=1 kind=invalid",
 			}},
-		{"store errors, for checks, peeks and resets", func() ratelimit.Store { return failing{} }, nil, func(l *ratelimit.Limiter[string]) {
+		{"store errors, for checks, peeks and resets", func() ratelimit.Store { return storetest.Failing{Err: errors.New("connection refused")} }, nil, func(l *ratelimit.Limiter[string]) {
 			l.TryAcquire(ctx, "s")
 			l.Peek(ctx, "s")
 			l.Reset(ctx, "s")

@@ -151,7 +151,7 @@ func TestTryAcquireManyOnAClusterWithAMasterDown(t *testing.T) {
 func TestDenyCacheOnRedis(t *testing.T) {
 	_, client := redisStandalone(t)
 	ctx := context.Background()
-	store := &counting{Store: redisstore.New(client)}
+	store := &storetest.Counting{Store: redisstore.New(client)}
 	t.Run("on the server's clock", func(t *testing.T) {
 		l, _ := ratelimit.New[string](store, ratelimit.PerHour(1), ratelimit.WithNamespace("own-clock"), ratelimit.WithDenyCache(16))
 		l.TryAcquire(ctx, "s")
@@ -159,7 +159,7 @@ func TestDenyCacheOnRedis(t *testing.T) {
 		if err != nil || denied.Allowed || denied.Source != ratelimit.SourceStore {
 			t.Fatalf("second check = %+v %v, want denied by Redis", denied, err)
 		}
-		before := store.applies.Load()
+		before := store.Applies.Load()
 		for range 100 {
 			d, err := l.TryAcquire(ctx, "s")
 			if err != nil || d.Source != ratelimit.SourceCache || d.RetryAfter > denied.RetryAfter {
@@ -170,7 +170,7 @@ func TestDenyCacheOnRedis(t *testing.T) {
 		if d, _ := l.TryAcquire(ctx, "s"); d.RetryAfter > peek.RetryAfter {
 			t.Fatalf("the cache says retry after %v, Redis %v", d.RetryAfter, peek.RetryAfter)
 		}
-		if n := store.applies.Load() - before; n != 1 {
+		if n := store.Applies.Load() - before; n != 1 {
 			t.Fatalf("101 checks and a peek of a denied subject made %d calls to Redis, want the peek's only", n)
 		}
 		if err := l.Reset(ctx, "s"); err != nil {

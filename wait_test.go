@@ -45,10 +45,10 @@ func (s *sleeper) slept() []time.Duration {
 
 // newWaiter returns a limiter of limit on a fresh memstore, on a fake clock
 // that its sleeps advance, with the jitter fixed at jitter (nil: random).
-func newWaiter(t *testing.T, limit ratelimit.Limit, jitter func(int64) int64) (*ratelimit.Limiter[string], *sleeper, *counting) {
+func newWaiter(t *testing.T, limit ratelimit.Limit, jitter func(int64) int64) (*ratelimit.Limiter[string], *sleeper, *storetest.Counting) {
 	t.Helper()
 	s := &sleeper{clock: storetest.NewClock(storetest.Start)}
-	store := &counting{Store: memstore.New(memstore.WithClock(s.clock.Now))}
+	store := &storetest.Counting{Store: memstore.New(memstore.WithClock(s.clock.Now))}
 	l, err := ratelimit.New[string](store, limit, ratelimit.WithClock(s.clock.Now), ratelimit.WithSleep(s.sleep))
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestWaitRetriesWhileAnotherTakesTheToken(t *testing.T) {
 		t.Fatalf("slept %v, want %v (a second try after the first was taken)", got, want)
 	}
 	// One spend, one by the other client, and three tries by the waiter.
-	if got := store.applies.Load(); got != 5 {
+	if got := store.Applies.Load(); got != 5 {
 		t.Fatalf("%d store calls, want 5 (each try is one check)", got)
 	}
 }
@@ -188,12 +188,12 @@ func TestWaitEndsWithoutTaking(t *testing.T) {
 			if tt.before != nil {
 				s.before = tt.before(cancel)
 			}
-			before := store.applies.Load()
+			before := store.Applies.Load()
 			d, err := l.WaitN(ctx, tt.subject, tt.cost)
 			if !errors.Is(err, tt.wantErr) || d != (ratelimit.Decision{}) {
 				t.Fatalf("WaitN = %+v, %v; want the zero Decision and %v", d, err, tt.wantErr)
 			}
-			if got := store.applies.Load() - before; got != tt.calls {
+			if got := store.Applies.Load() - before; got != tt.calls {
 				t.Fatalf("%d store calls, want %d", got, tt.calls)
 			}
 			if got := s.slept(); len(got) != 0 {
@@ -210,7 +210,7 @@ func TestWaitEndsWithoutTaking(t *testing.T) {
 
 func TestWaitReturnsAStoreErrorAtOnce(t *testing.T) {
 	s := &sleeper{clock: storetest.NewClock(storetest.Start)}
-	l, err := ratelimit.New[string](failing{}, ratelimit.PerSecond(1), ratelimit.WithSleep(s.sleep))
+	l, err := ratelimit.New[string](storetest.Failing{Err: errors.New("connection refused")}, ratelimit.PerSecond(1), ratelimit.WithSleep(s.sleep))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestWaitOnRedis(t *testing.T) {
 	ctx := context.Background()
 	_, client := redisStandalone(t)
 	s := &sleeper{clock: storetest.NewClock(storetest.Start)}
-	store := &counting{Store: redisstore.New(client)}
+	store := &storetest.Counting{Store: redisstore.New(client)}
 	l, err := ratelimit.New[string](store, ratelimit.PerSecond(4), ratelimit.WithNamespace("wait"),
 		ratelimit.WithClock(s.clock.Now), ratelimit.WithSleep(s.sleep))
 	if err != nil {
@@ -332,7 +332,7 @@ func TestWaitOnRedis(t *testing.T) {
 	if got, want := s.slept(), []time.Duration{500 * time.Millisecond}; !equalDurations(got, want) {
 		t.Fatalf("slept %v, want %v", got, want)
 	}
-	if got := store.applies.Load(); got != 3 {
+	if got := store.Applies.Load(); got != 3 {
 		t.Fatalf("%d script calls, want 3 (the spend and two tries)", got)
 	}
 	if _, err := l.WaitN(ctx, "k", 5); !errors.Is(err, ratelimit.ErrInvalidArgument) {
