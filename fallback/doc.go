@@ -33,13 +33,18 @@
 // answered while the ping waited: then only the probe was slow).
 // ProbeForever probes every interval (DefaultProbeInterval, 100 ms) until its
 // context ends, giving each probe the interval or one second, whichever is
-// longer; the package starts no goroutine of its own, so run ProbeForever in
-// a goroutine whose lifetime you own. Without a probe a Store that went down
-// stays down until MarkAlive.
+// longer; run it in a goroutine whose lifetime you own. Without it a Store
+// that went down stays down until MarkAlive or a kicked probe (below).
+//
+// The package starts one kind of goroutine of its own: when a caller's
+// deadline runs out while the primary is asked, the Store starts one probe
+// of that partition in a goroutine bounded by the probe interval, at most
+// one per interval per partition, so a hung primary is found even when the
+// callers' deadlines are shorter than its round trip. It ends by itself.
 //
 // WithObserver reports every change of the flag (down with its cause, alive
-// again) to a Observer, such as promobserver's, whose
-// ratelimit_primary_up gauge follows it.
+// again) to an Observer, such as promobserver's, whose ratelimit_primary_up
+// gauge follows it. A Limiter never sees these events: they are the store's.
 //
 // Flag changes are guarded by a generation count: a failure of a check that
 // started before the primary went down and came back does not mark it down
@@ -57,11 +62,15 @@
 // while the primary was being asked, a connection pool timeout, and the
 // replies with which Redis says it cannot serve the key right now (LOADING,
 // MASTERDOWN, CLUSTERDOWN, TRYAGAIN). Not an invalid argument, not a corrupt
-// bucket (tokenbucket.ErrCorruptState) and not a cancelled context: a
-// cancellation is the caller's, and is returned as it is. A caller whose
-// deadline is shorter than the primary's round trip marks it down too; the
-// probe brings it back within one interval. WithClassifier replaces the
-// classification.
+// bucket (tokenbucket.ErrCorruptState), not a refusal of credentials
+// (WRONGPASS, NOAUTH, NOPERM), and never the caller's own deadline or
+// cancellation: a check whose context ended is answered by the outage
+// behaviour (it does not block) and kicks a probe (above), which marks the
+// primary down only if the primary itself does not answer. So a caller with
+// a 30 µs deadline on a healthy Redis does not send the fleet to its local
+// buckets, and a hung Redis is still found within the deadline plus one
+// probe interval. A deadline of WithTimeout's own is the store's, and does
+// mark the primary down. WithClassifier replaces the classification.
 //
 // # Deadlines
 //
@@ -107,23 +116,20 @@
 //
 // # Redis Cluster
 //
-// One master down is not the whole cluster down. WithPartitions keeps one
-// liveness flag per partition, for example per master address, with a ping
-// per partition: a dead master then sends only its own subjects to the
-// outage behaviour, and the other masters' subjects keep their shared
-// buckets. redisstore.ClusterPartitions gives both functions for a go-redis
-// ClusterClient. Without WithPartitions there is a single flag for the whole
-// primary.
+// One master down is not the whole cluster down. A primary that reports
+// partitions (see Partitioner; redisstore does on a ClusterClient, one per
+// master) gets one liveness flag per partition, each probed by a ping of its
+// own: a dead master sends only its own subjects to the outage behaviour,
+// and the other masters' subjects keep their shared buckets. Nothing needs
+// wiring: fallback.New(redisstore.New(cc)) does it. A single server is one
+// partition.
 //
 // After a failover the dead master's address serves no key: every one of its
-// slots belongs to the promoted replica. The breaker keeps checks away from
-// the dead master, so the client learns the new layout only when something
-// reloads it; the partition ping of redisstore.ClusterPartitions does when it fails (a
-// ping of your own should too, see WithPartitions). The probe then sees the
-// dead master's keys map to the promoted replica, forgets the dead master's
-// partition (so IsAlive is true again and the observer hears it come back)
-// and those subjects are back on the shared buckets. The probe tells that a
-// partition serves no key any more by the key whose check created it.
+// slots belongs to the promoted replica. redisstore's partition ping reloads
+// the client's layout when it fails; the probe then sees the dead master's
+// keys map to the promoted replica, forgets the dead master's partition (so
+// IsAlive is true again and the observer hears it come back) and those
+// subjects are back on the shared buckets.
 //
 // # Time
 //
@@ -133,17 +139,17 @@
 // monotonic clock, so a step of the system clock does not move the local
 // buckets). Tests inject both and never sleep to wait for refill.
 //
-// # Batches and split keys
+// # Batches
 //
-// A Store is a ratelimit.BatchStore: ApplyBatch sends the items of live
-// partitions to the primary in one ApplyBatch when the primary has it (one
-// Apply each otherwise) and answers the others with the outage behaviour, so
-// Limiter.TryAcquireMany keeps its single round trip through the wrapper.
-//
-// A Store is a splitStore too: a Limiter passes the key in two
-// parts, and the Store joins them only for a primary that needs the whole
-// key (one that is not a SplitKeyStore, or with WithPartitions), so a
-// Limiter over a wrapped memstore.Store builds no key per check, as over the
+// A Store is a ratelimit.BatchStore. ApplyBatch sends the items of live
+// partitions to the primary in one ApplyBatch (one Apply each when the
+// primary is not a BatchStore) and answers the others with the outage
+// behaviour, so Limiter.TryAcquireMany keeps its single round trip through
+// the wrapper. ApplyAll needs a primary that is a BatchStore; it is the
+// primary's while the items' partitions are alive, and the outage
+// behaviour's for all the items together otherwise (all or nothing on the
+// local buckets too). A Limiter
+// over a wrapped memstore.Store builds no key per check, as over the
 // memstore.Store itself.
 //
 // A Store is safe for simultaneous use by multiple goroutines.

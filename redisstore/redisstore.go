@@ -21,11 +21,44 @@
 // hung server costs the caller's deadline, not the 3 s read timeout) and
 // DialerRetries: 1 (so a refused connection is an error in milliseconds).
 //
+// # Coalescing
+//
+// A Store keeps a queue per master (per server without Cluster), routed by
+// the master that owns the key's slot in go-redis's cached layout, with no
+// I/O. Each queue keeps up to DefaultLanes (4; WithLanes) checks or
+// pipelines in flight, each on its own connection. A check that finds a lane
+// free goes out at once, on its own goroutine, as one EVALSHA. Checks that
+// find every lane busy wait and go out together, as one pipeline of up to
+// 256 script calls, when a lane frees; the goroutine that sends them lives
+// only while the queue has work. Each check in a pipeline is still its own
+// atomic script call: coalescing saves round trips, never atomicity.
+//
+// A caller waits on its own context only: one that gives up before its check
+// is sent takes nothing, a slow reply holds only its own lane, and a batch
+// runs until the latest deadline among its callers, with the context values
+// of its first. A panic inside a batch becomes an error for that batch's
+// callers. One master that is slow or down delays no check of another.
+//
+// Turn coalescing off (WithoutCoalescing) when every check must be its own
+// round trip on the caller's goroutine: to measure one call's latency, or
+// behind a proxy that does not pipeline. It costs throughput under
+// concurrency and saves nothing at low load, where checks go out at once
+// anyway.
+//
+// # All or nothing
+//
+// ApplyAll on one server, and on Cluster when every key hashes to one slot,
+// is one script call on all the keys: atomic. Keys of several Cluster slots
+// cannot meet in one script; see Store.ApplyAll for the two steps it takes
+// then and the one race they leave.
+//
 // # Errors
 //
 // A store that cannot be reached returns the client's error, wrapped with the
-// key; there is no fallback here (see package fallback). A malformed bucket
-// returns an error wrapping tokenbucket.ErrCorruptState and grants nothing.
+// key's namespace and a hash of its subject (never the subject itself); there
+// is no fallback here (see package fallback). A malformed bucket returns an
+// error wrapping tokenbucket.ErrCorruptState and grants nothing; a reply that
+// is not the script's wraps ErrUnexpectedReply.
 package redisstore
 
 import (
@@ -58,10 +91,11 @@ type Store struct {
 // Option configures a Store.
 type Option func(*Store)
 
-// WithoutCoalescing makes every check its own round trip. By default, checks
-// that arrive while every lane of their master is in flight are sent
-// together in one pipeline when a lane comes free (see the package
-// documentation); each is still its own atomic script call.
+// WithoutCoalescing makes every check its own round trip, on the caller's
+// goroutine. By default, checks that arrive while every lane of their master
+// is in flight are sent together in one pipeline when a lane comes free (see
+// "Coalescing" in the package documentation); each is still its own atomic
+// script call.
 func WithoutCoalescing() Option { return func(s *Store) { s.coalesce = false } }
 
 // DefaultLanes is the number of pipelines a Store keeps in flight per
