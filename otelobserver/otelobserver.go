@@ -24,11 +24,10 @@ package otelobserver
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
-	"github.com/exactlimit/ratelimit/tokenbucket"
+	"github.com/exactlimit/ratelimit/internal/obslabel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -43,22 +42,13 @@ type Observer struct {
 	up          metric.Int64Gauge
 	transitions metric.Int64Counter
 
-	namespaces sync.Map // namespace -> *attrs
+	attrs obslabel.Cache[metric.MeasurementOption, metric.MeasurementOption] // each namespace's attribute sets, built once
 }
 
-const sources = int(ratelimit.SourceCache) + 1
-
-// attrs holds one namespace's attribute sets, built once.
-type attrs struct {
-	decisions [2][2][sources]metric.MeasurementOption // [peek][allowed][source]
-	tokens    [2]metric.MeasurementOption             // [allowed]
-	duration  [sources]metric.MeasurementOption
+// attrSet is the measurement option of an attribute set built once.
+func attrSet(kv ...attribute.KeyValue) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(kv...))
 }
-
-var (
-	opNames     = [2]string{"acquire", "peek"}
-	resultNames = [2]string{"denied", "allowed"}
-)
 
 // New creates the instruments on meter.
 func New(meter metric.Meter) (*Observer, error) {
@@ -86,57 +76,27 @@ func New(meter metric.Meter) (*Observer, error) {
 	if err != nil {
 		return nil, err
 	}
+	o.attrs.B = obslabel.Builders[metric.MeasurementOption, metric.MeasurementOption]{
+		Decision: func(ns, op, result, source string) metric.MeasurementOption {
+			return attrSet(attribute.String("namespace", ns), attribute.String("op", op), attribute.String("result", result), attribute.String("source", source))
+		},
+		Tokens: func(ns, result string) metric.MeasurementOption {
+			return attrSet(attribute.String("namespace", ns), attribute.String("result", result))
+		},
+		Duration: func(ns, source string) metric.MeasurementOption {
+			return attrSet(attribute.String("namespace", ns), attribute.String("source", source))
+		},
+	}
 	return o, nil
-}
-
-func index(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-func (o *Observer) attrs(ns string) *attrs {
-	if a, ok := o.namespaces.Load(ns); ok {
-		return a.(*attrs)
-	}
-	a := &attrs{}
-	nsAttr := attribute.String("namespace", ns)
-	for peek := range 2 {
-		for allowed := range 2 {
-			for src := range sources {
-				a.decisions[peek][allowed][src] = metric.WithAttributeSet(attribute.NewSet(nsAttr,
-					attribute.String("op", opNames[peek]), attribute.String("result", resultNames[allowed]),
-					attribute.String("source", ratelimit.Source(src).String())))
-			}
-		}
-	}
-	for allowed := range 2 {
-		a.tokens[allowed] = metric.WithAttributeSet(attribute.NewSet(nsAttr, attribute.String("result", resultNames[allowed])))
-	}
-	for src := range sources {
-		a.duration[src] = metric.WithAttributeSet(attribute.NewSet(nsAttr, attribute.String("source", ratelimit.Source(src).String())))
-	}
-	actual, _ := o.namespaces.LoadOrStore(ns, a)
-	return actual.(*attrs)
 }
 
 // ObserveDecision counts a decision, its tokens and its duration.
 func (o *Observer) ObserveDecision(ctx context.Context, e ratelimit.DecisionEvent) {
-	a := o.attrs(e.Namespace)
-	d := e.Decision
-	allowed := index(d.Allowed)
-	if src := int(d.Source); src < sources {
-		o.decisions.Add(ctx, 1, a.decisions[index(e.Peek)][allowed][src])
-		o.duration.Record(ctx, e.Latency.Seconds(), a.duration[src])
-	} else {
-		ns := attribute.String("namespace", e.Namespace)
-		o.decisions.Add(ctx, 1, metric.WithAttributes(ns, attribute.String("op", opNames[index(e.Peek)]),
-			attribute.String("result", resultNames[allowed]), attribute.String("source", d.Source.String())))
-		o.duration.Record(ctx, e.Latency.Seconds(), metric.WithAttributes(ns, attribute.String("source", d.Source.String())))
-	}
-	if !e.Peek {
-		o.tokens.Add(ctx, e.Cost, a.tokens[allowed])
+	decision, tokens, acquired, duration := o.attrs.Observe(e)
+	o.decisions.Add(ctx, 1, decision)
+	o.duration.Record(ctx, e.Latency.Seconds(), duration)
+	if acquired {
+		o.tokens.Add(ctx, e.Cost, tokens)
 	}
 }
 
@@ -144,7 +104,7 @@ func (o *Observer) ObserveDecision(ctx context.Context, e ratelimit.DecisionEven
 // "corrupt_state", "canceled", "deadline" or "store".
 func (o *Observer) ObserveError(ctx context.Context, e ratelimit.ErrorEvent) {
 	o.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("namespace", e.Namespace),
-		attribute.String("op", e.Op), attribute.String("reason", reason(e.Err))))
+		attribute.String("op", e.Op), attribute.String("reason", obslabel.Reason(e.Err))))
 }
 
 // ObserveFallback records a fallback store's change of state.
@@ -156,18 +116,4 @@ func (o *Observer) ObserveFallback(ctx context.Context, e fallback.Event) {
 	p := attribute.String("partition", e.Partition)
 	o.up.Record(ctx, up, metric.WithAttributes(p))
 	o.transitions.Add(ctx, 1, metric.WithAttributes(p, attribute.String("state", state)))
-}
-
-func reason(err error) string {
-	switch {
-	case errors.Is(err, ratelimit.ErrInvalidArgument):
-		return "invalid_argument"
-	case errors.Is(err, tokenbucket.ErrCorruptState):
-		return "corrupt_state"
-	case errors.Is(err, context.Canceled):
-		return "canceled"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "deadline"
-	}
-	return "store"
 }

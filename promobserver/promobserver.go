@@ -39,12 +39,10 @@ package promobserver
 
 import (
 	"context"
-	"errors"
-	"sync"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
-	"github.com/exactlimit/ratelimit/tokenbucket"
+	"github.com/exactlimit/ratelimit/internal/obslabel"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -64,19 +62,7 @@ type Observer struct {
 	transitions *prometheus.CounterVec
 	converted   *prometheus.CounterVec
 
-	namespaces sync.Map // namespace -> *series
-}
-
-// sources are the ratelimit.Source values whose series are resolved once
-// per namespace; another value is looked up on each event.
-const sources = int(ratelimit.SourceCache) + 1
-
-// series holds the children of one namespace, resolved once.
-type series struct {
-	decisions [2][2][sources]prometheus.Counter // [peek][allowed][source]
-	tokens    [2]prometheus.Counter             // [allowed]
-	duration  [sources]prometheus.Observer
-	converted prometheus.Counter
+	series obslabel.Cache[prometheus.Counter, prometheus.Observer] // each namespace's, resolved once
 }
 
 // Option configures an Observer.
@@ -96,7 +82,7 @@ func New(opts ...Option) *Observer {
 	for _, opt := range opts {
 		opt(&c)
 	}
-	return &Observer{
+	o := &Observer{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_decisions_total",
 			Help: "Rate limit checks decided, by namespace, operation, result and what decided them.",
@@ -127,6 +113,14 @@ func New(opts ...Option) *Observer {
 			Help: "Checks that met a bucket another policy wrote and converted it, by namespace: a rolling deploy makes one per bucket; a steady rate means two limiters with different policies share the namespace.",
 		}, []string{"namespace"}),
 	}
+	o.series.B = obslabel.Builders[prometheus.Counter, prometheus.Observer]{
+		Decision: func(ns, op, result, source string) prometheus.Counter {
+			return o.decisions.WithLabelValues(ns, op, result, source)
+		},
+		Tokens:   func(ns, result string) prometheus.Counter { return o.tokens.WithLabelValues(ns, result) },
+		Duration: func(ns, source string) prometheus.Observer { return o.duration.WithLabelValues(ns, source) },
+	}
+	return o
 }
 
 // Describe sends the descriptors of every series the Observer exports.
@@ -151,58 +145,16 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.converted.Collect(ch)
 }
 
-var (
-	opNames     = [2]string{"acquire", "peek"}
-	resultNames = [2]string{"denied", "allowed"}
-)
-
-func index(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-func (o *Observer) series(ns string) *series {
-	if s, ok := o.namespaces.Load(ns); ok {
-		return s.(*series)
-	}
-	s := &series{}
-	for peek := range 2 {
-		for allowed := range 2 {
-			for src := range sources {
-				s.decisions[peek][allowed][src] = o.decisions.WithLabelValues(ns, opNames[peek], resultNames[allowed], ratelimit.Source(src).String())
-			}
-		}
-	}
-	for allowed := range 2 {
-		s.tokens[allowed] = o.tokens.WithLabelValues(ns, resultNames[allowed])
-	}
-	for src := range sources {
-		s.duration[src] = o.duration.WithLabelValues(ns, ratelimit.Source(src).String())
-	}
-	s.converted = o.converted.WithLabelValues(ns)
-	actual, _ := o.namespaces.LoadOrStore(ns, s)
-	return actual.(*series)
-}
-
 // ObserveDecision counts a decision, its tokens and its duration.
 func (o *Observer) ObserveDecision(_ context.Context, e ratelimit.DecisionEvent) {
-	s := o.series(e.Namespace)
-	d := e.Decision
-	allowed := index(d.Allowed)
-	if src := int(d.Source); src < sources {
-		s.decisions[index(e.Peek)][allowed][src].Inc()
-		s.duration[src].Observe(e.Latency.Seconds())
-	} else {
-		o.decisions.WithLabelValues(e.Namespace, opNames[index(e.Peek)], resultNames[allowed], d.Source.String()).Inc()
-		o.duration.WithLabelValues(e.Namespace, d.Source.String()).Observe(e.Latency.Seconds())
+	decision, tokens, acquired, duration := o.series.Observe(e)
+	decision.Inc()
+	duration.Observe(e.Latency.Seconds())
+	if acquired {
+		tokens.Add(float64(e.Cost))
 	}
-	if !e.Peek {
-		s.tokens[allowed].Add(float64(e.Cost))
-	}
-	if d.Converted {
-		s.converted.Inc()
+	if e.Decision.Converted {
+		o.converted.WithLabelValues(e.Namespace).Inc()
 	}
 }
 
@@ -223,19 +175,7 @@ func (o *Observer) ObserveFallback(_ context.Context, e fallback.Event) {
 
 // Reason returns the reason label of ratelimit_errors_total for err:
 // "invalid_argument", "corrupt_state", "canceled", "deadline" or "store".
-func Reason(err error) string {
-	switch {
-	case errors.Is(err, ratelimit.ErrInvalidArgument):
-		return "invalid_argument"
-	case errors.Is(err, tokenbucket.ErrCorruptState):
-		return "corrupt_state"
-	case errors.Is(err, context.Canceled):
-		return "canceled"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "deadline"
-	}
-	return "store"
-}
+func Reason(err error) string { return obslabel.Reason(err) }
 
 // NewDenyCacheCollector returns a Collector of the denial cache that stats
 // reports on (pass a limiter's DenyCacheStats method), labelled with
