@@ -21,9 +21,6 @@ var _ ratelimit.BatchStore = (*Store)(nil)
 // redisstore are); otherwise ApplyAll returns an error wrapping
 // errors.ErrUnsupported and decides nothing.
 func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error {
-	for i := range items {
-		items[i].Decision, items[i].Err = ratelimit.Decision{}, nil
-	}
 	if err := tokenbucket.ValidateAll(items); err != nil {
 		return err
 	}

@@ -28,9 +28,6 @@ var _ ratelimit.BatchStore = (*Store)(nil)
 // admission (never an admission beyond the policy), and ApplyAll reports
 // each item's own decision with the error nil.
 func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error {
-	for i := range items {
-		items[i].Decision, items[i].Err = ratelimit.Decision{}, nil
-	}
 	if err := tokenbucket.ValidateAll(items); err != nil {
 		return err
 	}

@@ -6,11 +6,17 @@ import (
 	"github.com/exactlimit/ratelimit"
 )
 
-// ValidateAll reports whether a store can decide (ratelimit.BatchStore.ApplyAll) items as one: each
-// request is valid (see Request.Validate), no key is empty, all are decided
-// at the same time (equal Now), and no key appears twice. The error wraps ErrInvalidArgument
-// and names the item. It allocates nothing for up to 16 items.
+// ValidateAll starts a ratelimit.BatchStore's ApplyAll: it clears each
+// item's Decision and Err, the outputs ApplyAll fills in, and reports whether
+// the items can be decided as one: each request is valid (see
+// ratelimit.Request.Validate), no key is empty, all are decided at the same
+// time (equal Now), and no key appears twice. The error wraps
+// ratelimit.ErrInvalidArgument and names the item. It allocates nothing for
+// up to 16 items.
 func ValidateAll(items []ratelimit.BatchItem) error {
+	for i := range items {
+		items[i].Decision, items[i].Err = ratelimit.Decision{}, nil
+	}
 	for i := range items {
 		r := &items[i].Request
 		if err := r.Validate(); err != nil {
