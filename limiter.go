@@ -59,9 +59,11 @@ type options struct {
 // namespace.
 func WithNamespace(ns string) Option { return func(o *options) { o.namespace = ns } }
 
-// WithClock makes the limiter read the time of each check from clock and pass
-// it to the store, instead of letting the store use its own clock (for Redis,
-// the server's TIME). Tests use it to control time on every store; in
+// WithClock sets the clock the limiter reads the current time from: each
+// check is then decided at clock() (the store is handed that time) instead
+// of at the store's own time (for Redis, the server's TIME). Every package's
+// WithClock means the same: the clock its component reads "now" from. Tests
+// use it to control time on every store; in
 // production the server's clock is usually the better choice, because every
 // process then shares it.
 //

@@ -119,8 +119,9 @@ func WithFleetShare(n int) Option {
 	}
 }
 
-// WithClock sets the clock of the local buckets and of the unchecked
-// decisions of FailOpen and FailClosed. The default is the wall clock read at
+// WithClock sets the clock the Store reads the current time from: for the
+// local buckets, the unchecked decisions of FailOpen and FailClosed, and the
+// times of its Events. The default is the wall clock read at
 // New advanced by the monotonic clock, as memstore's, so that a step of the
 // system clock neither credits nor withholds refill. A request that
 // carries a time (Request.Now) is decided at that time instead.

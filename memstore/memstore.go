@@ -181,9 +181,10 @@ func midKey(s string) (k [40]byte) {
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock sets the store's own clock. It decides the requests that carry
-// no time (the zero Request.Now), and it times the expiry of every bucket, as
-// the server's clock does for Redis keys. The default is the wall clock read
+// WithClock sets the clock the store reads the current time from. It
+// decides the requests that carry no time (the zero Request.Now), and it
+// times the expiry of every bucket, as the server's clock does for Redis
+// keys. The default is the wall clock read
 // at New advanced by the monotonic clock, so that a step of the system clock
 // neither credits nor withholds refill.
 func WithClock(clock func() time.Time) Option { return func(s *Store) { s.clock = clock } }
