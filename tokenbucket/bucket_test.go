@@ -3,6 +3,7 @@ package tokenbucket
 import (
 	"errors"
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/arith"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -131,5 +132,11 @@ func TestBucketLimitsReturnsACopy(t *testing.T) {
 	b.Limits()[0] = ratelimit.PerSecond(1000)
 	if got := b.Limits()[0]; got != ratelimit.PerSecond(2) {
 		t.Fatalf("Bucket.Limits() after a change = %v, want the policy unchanged", got)
+	}
+}
+
+func TestBoundsAreTheArithmetics(t *testing.T) {
+	if MaxExact != arith.MaxExact || MaxTime != arith.MaxTime || MaxLimits != arith.MaxLimits {
+		t.Fatal("the exported bounds differ from the ones the arithmetic checks")
 	}
 }

@@ -26,11 +26,11 @@ import (
 
 // MaxExact is the bound every quantity of the arithmetic stays within: 2^53,
 // the largest integer below which every integer is an IEEE double.
-const MaxExact = arith.MaxExact
+const MaxExact = 1 << 53
 
 // MaxTime is the latest time the arithmetic accepts, in microseconds since
 // the Unix epoch: 2^52 µs, in the year 2112.
-const MaxTime = arith.MaxTime
+const MaxTime = 1 << 52
 
 // ErrCorruptState is wrapped by the error a store returns when the bucket it
 // read is not one a store wrote (a key overwritten by something else, say).
@@ -81,4 +81,4 @@ func microsDuration(us int64) time.Duration {
 }
 
 // MaxLimits is the largest number of limits one policy may combine.
-const MaxLimits = arith.MaxLimits
+const MaxLimits = 8
