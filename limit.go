@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/exactlimit/ratelimit/internal/arith"
+	"github.com/exactlimit/ratelimit/internal/units"
 )
 
 // ErrInvalidArgument is wrapped by every error that reports invalid input: a
@@ -56,20 +56,7 @@ func NewLimit(permits int64, per time.Duration, burst int64) Limit {
 // time.Duration writes it, without trailing zero units ("1m", not "1m0s").
 func (l Limit) String() string {
 	return "capacity " + strconv.FormatInt(l.Capacity, 10) + ", refill " +
-		strconv.FormatInt(l.RefillTokens, 10) + " per " + shortDuration(l.RefillPeriod)
-}
-
-// shortDuration writes d as time.Duration does, with trailing zero minutes
-// and seconds dropped: "1m", "1h", "1h30m", "90s" stays "1m30s".
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
+		strconv.FormatInt(l.RefillTokens, 10) + " per " + units.Format(l.RefillPeriod)
 }
 
 // Validate reports whether the limit can be enforced exactly. The error wraps

@@ -11,9 +11,10 @@
 //	      burst: 10
 //
 // Each namespace has one token-bucket limit: requests_per_unit tokens are
-// added every unit (second, minute, hour or day), and the bucket holds burst
-// tokens (default requests_per_unit). The namespace "default" is always
-// there: a file may change its limit, and without a file it allows 10 per
+// added every unit (second, minute, hour, day, week, month of 30 days or
+// year of 365 days, as envoyproxy/ratelimit counts them), and the bucket
+// holds burst tokens (default requests_per_unit; when set, at least 1). The
+// namespace "default" is always there: a file may change its limit, and without a file it allows 10 per
 // second per subject, bursting to 10. A file must define at least one
 // namespace: an empty one is refused, so that a truncated file reloaded on
 // SIGHUP cannot remove every namespace. Unknown fields, duplicate names and
@@ -26,12 +27,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/units"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -41,9 +41,6 @@ const DefaultNamespace = "default"
 // DefaultLimit is the limit of DefaultNamespace unless a file sets another:
 // 10 per second per subject, bursting to 10.
 var DefaultLimit = ratelimit.PerSecond(10)
-
-// MaxFileSize bounds a config file.
-const MaxFileSize = 1 << 20
 
 // Policies maps namespace names to their limits. It always holds
 // DefaultNamespace.
@@ -87,29 +84,14 @@ type namespace struct {
 type rateLimit struct {
 	Unit            string `yaml:"unit"`
 	RequestsPerUnit int64  `yaml:"requests_per_unit"`
-	Burst           int64  `yaml:"burst"`
-}
-
-var units = map[string]time.Duration{
-	"second": time.Second,
-	"minute": time.Minute,
-	"hour":   time.Hour,
-	"day":    24 * time.Hour,
+	Burst           *int64 `yaml:"burst"`
 }
 
 // Load reads and parses the file at path. The error starts with the path.
 func Load(path string) (Policies, error) {
-	f, err := os.Open(path)
+	data, err := units.ReadFile(path)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxFileSize)
 	}
 	p, err := Parse(data)
 	if err != nil {
@@ -161,19 +143,18 @@ func (ns namespace) limit() (ratelimit.Limit, error) {
 	if rl == nil {
 		return ratelimit.Limit{}, errors.New("rate_limit is missing")
 	}
-	per, ok := units[strings.ToLower(rl.Unit)]
+	per, ok := units.Parse(rl.Unit)
 	if !ok {
-		return ratelimit.Limit{}, fmt.Errorf("rate_limit.unit %q: want second, minute, hour or day", rl.Unit)
+		return ratelimit.Limit{}, fmt.Errorf("rate_limit.unit %q: want %s", rl.Unit, units.Names)
 	}
 	if rl.RequestsPerUnit < 1 {
 		return ratelimit.Limit{}, fmt.Errorf("rate_limit.requests_per_unit must be at least 1 (got %d)", rl.RequestsPerUnit)
 	}
-	if rl.Burst < 0 {
-		return ratelimit.Limit{}, fmt.Errorf("rate_limit.burst must be at least 1 when set (got %d)", rl.Burst)
-	}
-	burst := rl.Burst
-	if burst == 0 {
-		burst = rl.RequestsPerUnit
+	burst := rl.RequestsPerUnit
+	if rl.Burst != nil {
+		if burst = *rl.Burst; burst < 1 {
+			return ratelimit.Limit{}, fmt.Errorf("rate_limit.burst must be at least 1 when set (got %d)", burst)
+		}
 	}
 	l := ratelimit.NewLimit(rl.RequestsPerUnit, per, burst)
 	if err := l.Validate(); err != nil {

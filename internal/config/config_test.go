@@ -20,6 +20,8 @@ namespaces:
       burst: 10
   - name: api.v2
     rate_limit: {unit: Second, requests_per_unit: 100}
+  - name: quota
+    rate_limit: {unit: year, requests_per_unit: 1000}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -28,6 +30,7 @@ namespaces:
 		"default": ratelimit.PerSecond(10),
 		"login":   ratelimit.NewLimit(5, time.Minute, 10),
 		"api.v2":  ratelimit.PerSecond(100),
+		"quota":   ratelimit.NewLimit(1000, 365*24*time.Hour, 1000),
 	}
 	if len(p) != len(want) {
 		t.Fatalf("got %v, want %v", p, want)
@@ -37,7 +40,7 @@ namespaces:
 			t.Errorf("%s = %v, want %v", k, p[k], v)
 		}
 	}
-	if got := p.String(); got != "api.v2: capacity 100, refill 100 per 1s; default: capacity 10, refill 10 per 1s; login: capacity 10, refill 5 per 1m" {
+	if got := p.String(); got != "api.v2: capacity 100, refill 100 per 1s; default: capacity 10, refill 10 per 1s; login: capacity 10, refill 5 per 1m; quota: capacity 1000, refill 1000 per 8760h" {
 		t.Errorf("String() = %q", got)
 	}
 }
@@ -64,7 +67,8 @@ func TestParseErrors(t *testing.T) {
 		{"namespaces:\n  - rate_limit: {unit: second, requests_per_unit: 1}", "namespaces[0]: name is missing"},
 		{"namespaces:\n  - name: a b\n    rate_limit: {unit: second, requests_per_unit: 1}", `name "a b": only letters`},
 		{"namespaces:\n  - name: a\n", `namespace "a": rate_limit is missing`},
-		{"namespaces:\n  - name: a\n    rate_limit: {unit: week, requests_per_unit: 1}", `namespace "a": rate_limit.unit "week"`},
+		{"namespaces:\n  - name: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}", `namespace "a": rate_limit.unit "fortnight": want second, minute, hour, day, week, month or year`},
+		{"namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 0}", "burst must be at least 1 when set (got 0)"},
 		{"namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 0}", "requests_per_unit must be at least 1 (got 0)"},
 		{"namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 1, burst: -1}", "burst must be at least 1"},
 		{"namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: x}", "cannot unmarshal"},
