@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/exactlimit/ratelimit"
@@ -64,4 +65,23 @@ func ExampleNewMulti() {
 	// true 1 capacity 3, refill 3 per 1m
 	// true 0 capacity 3, refill 3 per 1m
 	// false 0 capacity 3, refill 3 per 1m
+}
+
+// Subjects of a type of your own: a named string type needs nothing, and any
+// other type is keyed by a function of yours.
+func ExampleNewEncoded() {
+	type UserID string
+	byName, _ := ratelimit.New[UserID](memstore.New(), ratelimit.PerMinute(10), ratelimit.WithNamespace("users"))
+	fmt.Println(byName.Key("alice"))
+
+	type Tenant struct {
+		Org  string
+		Team int
+	}
+	byTenant, _ := ratelimit.NewEncoded(memstore.New(), func(t Tenant) string { return t.Org + "/" + strconv.Itoa(t.Team) },
+		[]ratelimit.Limit{ratelimit.PerHour(1000)}, ratelimit.WithNamespace("tenants"))
+	fmt.Println(byTenant.Key(Tenant{"acme", 7}))
+	// Output:
+	// 5:users:alice
+	// 7:tenants:acme/7
 }
