@@ -542,10 +542,14 @@ func (s *Service) buckets(checks []check) []*bucket {
 			}
 		}
 		if b == nil {
-			b = &bucket{key: key, lim: c.lim, subject: c.subject, limit: r.limit, limits: limits, shadow: r.ShadowMode, impossible: r.RequestsPerUnit == 0}
+			b = &bucket{key: key, lim: c.lim, subject: c.subject, limit: r.limit, limits: limits, shadow: r.ShadowMode}
 			out = append(out, b)
 		}
 		c.bucket = b
+		if r.RequestsPerUnit == 0 {
+			b.impossible = b.impossible || c.hits > 0 // a look at rpu 0 is OK
+			continue
+		}
 		if b.impossible {
 			continue
 		}
@@ -579,8 +583,8 @@ func (s *Service) decide(ctx context.Context, buckets []*bucket) error {
 		b := buckets[0]
 		var err error
 		switch {
-		case b.lim == nil:
-			b.d, err = s.store.Apply(ctx, b.key, ratelimit.Request{Limits: b.limits, Cost: b.cost, Peek: b.cost == 0, Now: now})
+		case b.lim == nil: // rpu 0, looked at: never a token, no store call
+			b.d = ratelimit.Decision{}
 		case b.cost == 0:
 			b.d, err = b.lim.Peek(ctx, b.subject)
 		default:
