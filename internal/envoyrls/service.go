@@ -131,6 +131,8 @@ type Service struct {
 	dynamic bool
 	load    LoadOptions
 	state   atomic.Pointer[state]
+	// watched, when set (by tests), is told each tick Watch has handled.
+	watched chan struct{}
 	// lastErrLog is when a store error was last logged (Unix ns).
 	lastErrLog atomic.Int64
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// Watch reloads the configuration at path (see Reload) when it changes,
-// until ctx is done. It looks at path on every tick: the files Reload would
+// Watch reloads the configuration at path (see Reload) when it changes
+// from what it was when Watch started, until ctx is done. It looks at path on every tick: the files Reload would
 // read (or the one file), by name, size, modification time and file
 // identity, following symbolic links, so an edit in place, a file replaced
 // by a rename and Kubernetes' swap of its ..data link are all seen. A change
@@ -34,6 +34,9 @@ func (s *Service) Watch(ctx context.Context, path string, ticks <-chan time.Time
 		case now != applied:
 			applied = now
 			s.Reload(path) //nolint:errcheck // Reload logs the outcome
+		}
+		if s.watched != nil {
+			s.watched <- struct{}{}
 		}
 	}
 }

@@ -17,8 +17,7 @@ import (
 )
 
 // watcher runs Service.Watch on path with ticks the test sends; tick
-// returns once the Watch loop has handled the tick before it, so each
-// tick's effect is visible after the next one is sent.
+// returns once the Watch loop has handled them.
 type watcher struct {
 	svc   *Service
 	ticks chan time.Time
@@ -54,17 +53,21 @@ func watch(t *testing.T, path string, o LoadOptions) *watcher {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.svc.watched = make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { w.svc.Watch(ctx, path, w.ticks); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
+	w.tick(1) // Watch has taken the state to compare with
 	return w
 }
 
-// tick sends n ticks, then one more so that the n-th has been handled.
+// tick sends n ticks, each once the one before has been handled, and
+// returns when the last has been.
 func (w *watcher) tick(n int) {
-	for range n + 1 {
+	for range n {
 		w.ticks <- time.Time{}
+		<-w.svc.watched
 	}
 }
 
