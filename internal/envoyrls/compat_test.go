@@ -88,6 +88,8 @@ func compatCases() []compatCase {
 	override := d("user=u1")
 	override.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_HOUR}
 	long := strings.Repeat("p", 6000)
+	overrideMult := d("user=u2")
+	overrideMult.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE, UnitMultiplier: wrapperspb.UInt32(5)}
 	cs := []compatCase{
 		{name: "per key, 3 an hour", files: one("c1", "  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"),
 			reqs: times(5, req("c1", 0, d("remote_address=10.0.0.1")))},
@@ -152,6 +154,23 @@ func compatCases() []compatCase {
 			reqs: []*rlsv3.RateLimitRequest{req("c28", 0, d("a=1")), {Domain: "c28", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: d("a=1").Entries, IsNegativeHits: true}}}}, legit: "refund"},
 		{name: "keys a=b_c and a_b=c (the peer refuses the file)", group: "collide", files: one("c29", "  - key: a\n    value: b_c\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: a_b\n    value: c\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"),
 			reqs: []*rlsv3.RateLimitRequest{req("c29", 0, d("a=b_c")), req("c29", 0, d("a_b=c"))}, legit: "separate-keys"},
+
+		{name: "the peer's example 1: two values of one key", files: one("e1", "  - key: database\n    value: users\n    rate_limit: {unit: second, requests_per_unit: 500}\n  - key: database\n    value: default\n    rate_limit: {unit: second, requests_per_unit: 500}\n"),
+			reqs: []*rlsv3.RateLimitRequest{req("e1", 0, d("database=users")), req("e1", 0, d("database=default")), req("e1", 0, d("database=other"))}},
+		{name: "the peer's example 4: the request deeper than the rule", files: one("e4", "  - key: key\n    value: value\n    rate_limit: {unit: hour, requests_per_unit: 300}\n"),
+			reqs: []*rlsv3.RateLimitRequest{req("e4", 0, d("key=value", "subkey=subvalue")), req("e4", 0, d("key=value"))}},
+		{name: "the peer's example 4: the nested rule", files: one("e4b", "  - key: key\n    value: value\n    descriptors:\n      - key: subkey\n        rate_limit: {unit: hour, requests_per_unit: 300}\n"),
+			reqs: []*rlsv3.RateLimitRequest{req("e4b", 0, d("key=value", "subkey=subvalue")), req("e4b", 0, d("key=value", "subkey=other"))}},
+		{name: "week and month units", files: one("e5", "  - key: w\n    rate_limit: {unit: week, requests_per_unit: 2}\n  - key: mo\n    rate_limit: {unit: month, requests_per_unit: 2}\n"),
+			reqs: times(3, req("e5", 0, d("w=1"), d("mo=1"))), legit: "all-or-nothing"},
+		{name: "4294967295 a second", files: one("e6", "  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4294967295}\n"),
+			reqs: []*rlsv3.RateLimitRequest{req("e6", 1000, d("a=1"))}},
+		{name: "a descriptor's own limit with unit_multiplier", files: one("e7", "  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"),
+			reqs: times(3, req("e7", 0, overrideMult)), legit: "unit-multiplier"},
+		{name: "a value-specific shadow rule beside an enforced one", files: one("e8", "  - key: service\n    descriptors:\n      - key: user\n        value: a\n        shadow_mode: true\n        rate_limit: {unit: hour, requests_per_unit: 1}\n      - key: user\n        rate_limit: {unit: hour, requests_per_unit: 3}\n"),
+			reqs: times(3, req("e8", 0, d("service=s", "user=a"), d("service=s", "user=b")))},
+		{name: "many descriptors on many rules", files: one("e9", "  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 4}\n  - key: b\n    rate_limit: {unit: day, requests_per_unit: 6}\n  - key: c\n    rate_limit: {unlimited: true}\n"),
+			reqs: times(3, req("e9", 2, d("a=1"), d("b=1"), d("c=1"), d("zzz=1")))},
 
 		{name: "headers: the closest to its limit", group: "headers", files: one("h1", "  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 5}\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"),
 			reqs: times(2, req("h1", 0, d("a=1"), d("b=1")))},
