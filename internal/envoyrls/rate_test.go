@@ -2,9 +2,12 @@ package envoyrls
 
 import (
 	"fmt"
+	"log/slog"
 	"math/big"
 	"strings"
 	"testing"
+
+	"github.com/exactlimit/ratelimit/memstore"
 )
 
 // TestRatesThePeerAccepts: requests_per_unit the peer takes are taken;
@@ -95,5 +98,20 @@ func TestLowerApprox(t *testing.T) {
 		if a != tc.a || q != tc.q {
 			t.Errorf("lowerApprox(%d/%d, q <= %d) = %d/%d, want %d/%d", tc.n, tc.p, tc.maxQ, a, q, tc.a, tc.q)
 		}
+	}
+}
+
+func TestRoundedRatesAreLogged(t *testing.T) {
+	cfg, err := ParseConfig("r.yaml", []byte("domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: day, requests_per_unit: 123457}}\n  - {key: e, rate_limit: {unit: day, requests_per_unit: 100}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log syncBuffer
+	if _, err := New(Options{Store: memstore.New(), Config: cfg, Logger: slog.New(slog.NewTextHandler(&log, nil))}); err != nil {
+		t.Fatal(err)
+	}
+	out := log.String()
+	if !strings.Contains(out, "rounded down") || !strings.Contains(out, "rule=d.k") || strings.Contains(out, "rule=d.e") {
+		t.Errorf("the load log does not name the rounded rule alone:\n%s", out)
 	}
 }
