@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 )
 
@@ -100,4 +101,66 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, usagef("--log-format %q: want text or json", format)
+}
+
+// peerEnv is the part of envoyproxy/ratelimit's environment settings that
+// the Envoy service takes (see docs/envoy.md for the whole list).
+type peerEnv struct {
+	shadowMode      bool // SHADOW_MODE
+	mergeDomains    bool // MERGE_DOMAIN_CONFIG
+	ignoreDotFiles  bool // RUNTIME_IGNOREDOTFILES
+	dynamicMetadata bool // RESPONSE_DYNAMIC_METADATA
+	tls             peerTLS
+}
+
+// peerTLS is the peer's gRPC listener TLS: GRPC_SERVER_USE_TLS with
+// GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY, and GRPC_CLIENT_TLS_CACERT
+// for mutual TLS. The paths are PEM files.
+type peerTLS struct {
+	use                 bool
+	cert, key, clientCA string
+}
+
+// readPeerEnv reads the peer's settings through getenv. A boolean that is
+// not one (strconv.ParseBool), and a setting the service does not take
+// whose value would change answers (QUOTA_MODE=true, GRPC_CLIENT_TLS_SAN),
+// is a usage error naming the variable: refused, not ignored.
+func readPeerEnv(getenv func(string) string) (peerEnv, error) {
+	var p peerEnv
+	var err error
+	flag := func(name string, dst *bool) {
+		v := strings.TrimSpace(getenv(name))
+		if v == "" || err != nil {
+			return
+		}
+		b, e := strconv.ParseBool(v)
+		if e != nil {
+			err = usagef("%s=%q: want true or false", name, v)
+			return
+		}
+		*dst = b
+	}
+	var quota bool
+	flag("SHADOW_MODE", &p.shadowMode)
+	flag("MERGE_DOMAIN_CONFIG", &p.mergeDomains)
+	flag("RUNTIME_IGNOREDOTFILES", &p.ignoreDotFiles)
+	flag("RESPONSE_DYNAMIC_METADATA", &p.dynamicMetadata)
+	flag("GRPC_SERVER_USE_TLS", &p.tls.use)
+	flag("QUOTA_MODE", &quota)
+	if err != nil {
+		return p, err
+	}
+	switch {
+	case quota:
+		return p, usagef("QUOTA_MODE=true is not supported by this service (see docs/envoy.md)")
+	case getenv("GRPC_CLIENT_TLS_SAN") != "":
+		return p, usagef("GRPC_CLIENT_TLS_SAN is not supported: a client certificate is checked against GRPC_CLIENT_TLS_CACERT only")
+	}
+	if p.tls.use {
+		p.tls.cert, p.tls.key, p.tls.clientCA = getenv("GRPC_SERVER_TLS_CERT"), getenv("GRPC_SERVER_TLS_KEY"), getenv("GRPC_CLIENT_TLS_CACERT")
+		if p.tls.cert == "" || p.tls.key == "" {
+			return p, usagef("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+		}
+	}
+	return p, nil
 }

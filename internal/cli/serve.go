@@ -179,11 +179,16 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		mainHandler, adminHandler = proxy, svc.Handler()
 	}
 
-	stopEnvoy, err := startEnvoy(envoy, env, st, f.timeout, f.shutdown, f.maxConns, log, metrics)
+	envoySvc, err := startEnvoy(envoy, env, st, f.timeout, f.shutdown, f.maxConns, log, metrics)
 	if err != nil {
 		return err
 	}
-	defer stopEnvoy()
+	defer envoySvc.stop()
+	if adminHandler != nil { // the peer's /json and /healthcheck, beside the API
+		adminHandler = envoySvc.mount(adminHandler)
+	} else {
+		mainHandler = envoySvc.mount(mainHandler)
+	}
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // ErrConfig is wrapped by every error of LoadConfig and ParseConfig: a file
@@ -107,6 +109,10 @@ type Rule struct {
 	RequestsPerUnit uint32
 	// Capacity is burst when set, else RequestsPerUnit.
 	Capacity int64
+	// Rounded is true when the refill rate could not be kept exactly
+	// within the arithmetic's 2^53 bound and was rounded down, by at most
+	// one part in 10^9 (see bucketLimit); the capacity stays exact.
+	Rounded bool
 	// Unlimited rules are never limited; ShadowMode rules answer OK and
 	// count what they would have denied.
 	Unlimited, ShadowMode bool
@@ -115,7 +121,15 @@ type Rule struct {
 	// namespace keeps the rule's keys apart from every other rule's.
 	namespace string
 	detailed  bool
+	// metadata is the descriptor's metadata, nil when it has none.
+	metadata *structpb.Struct
+	// override marks the rule of a descriptor's own limit.
+	override bool
 }
+
+// overrideSuffix ends the statistics key of a descriptor's own limit:
+// the domain and the entries' keys, then this.
+const overrideSuffix = "#override"
 
 // yamlFile, yamlDescriptor and yamlRateLimit are the peer's format, plus
 // burst. Decoding refuses any other field.
@@ -133,16 +147,16 @@ type yamlDescriptor struct {
 	DetailedMetric bool             `yaml:"detailed_metric"`
 	ValueToMetric  bool             `yaml:"value_to_metric"`
 	ShareThreshold bool             `yaml:"share_threshold"`
-	// QuotaMode is decoded only to refuse it with a reason.
-	QuotaMode *bool `yaml:"quota_mode"`
-	// Metadata is accepted and ignored: it only feeds the peer's response
-	// dynamic metadata, which this service does not send.
+	// QuotaMode is decoded only to refuse true with a reason.
+	QuotaMode bool `yaml:"quota_mode"`
+	// Metadata goes into the response's dynamic metadata when the rule's
+	// descriptor passes (Options.DynamicMetadata).
 	Metadata map[string]any `yaml:"metadata"`
 }
 
 type yamlRateLimit struct {
 	Unit            string         `yaml:"unit"`
-	RequestsPerUnit *uint32        `yaml:"requests_per_unit"`
+	RequestsPerUnit *wholeUint32   `yaml:"requests_per_unit"`
 	Unlimited       bool           `yaml:"unlimited"`
 	Name            string         `yaml:"name"`
 	Replaces        []yamlReplaces `yaml:"replaces"`
@@ -154,32 +168,41 @@ type yamlReplaces struct {
 	Name string `yaml:"name"`
 }
 
-// LoadConfig reads the configuration at path: one YAML file, or a directory
-// whose *.yaml and *.yml files (dot files left out, subdirectories not read)
-// hold one domain each. Every error wraps ErrConfig and names the file and
-// the reason; nothing of a configuration with an error is used.
-func LoadConfig(path string) (*Config, error) {
+// LoadOptions say how LoadConfig reads a directory, as the peer's
+// RUNTIME_IGNOREDOTFILES and MERGE_DOMAIN_CONFIG settings do.
+type LoadOptions struct {
+	// IgnoreDotFiles leaves out files and directories whose name starts
+	// with a dot. Directories whose name starts with ".." (Kubernetes'
+	// ..data and its timestamped directories) are always left out: their
+	// files are the ones the directory's own symbolic links point to.
+	IgnoreDotFiles bool
+	// MergeDomains lets several files configure one domain: their
+	// descriptors are loaded into one tree (a descriptor written twice is
+	// still an error). Without it a domain in two files is an error.
+	MergeDomains bool
+}
+
+// LoadConfig reads the configuration at path with the default LoadOptions
+// (see LoadOptions.Load).
+func LoadConfig(path string) (*Config, error) { return LoadOptions{}.Load(path) }
+
+// Load reads the configuration at path: one YAML file, or a directory whose
+// every regular file, in subdirectories too (as the peer's runtime loader
+// reads them), holds one domain; a symbolic link to a file is read, one to
+// a directory is not followed. Every error wraps ErrConfig and names the
+// file and the reason; nothing of a configuration with an error is used.
+func (o LoadOptions) Load(path string) (*Config, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	files := []string{path}
 	if fi.IsDir() {
-		entries, err := os.ReadDir(path)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
-		}
-		files = files[:0]
-		for _, e := range entries {
-			name := e.Name()
-			ext := filepath.Ext(name)
-			if e.IsDir() || strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") {
-				continue
-			}
-			files = append(files, filepath.Join(path, name))
+		if files, err = o.list(path); err != nil {
+			return nil, err
 		}
 		if len(files) == 0 {
-			return nil, fmt.Errorf("%w: %s: no .yaml or .yml files in the directory", ErrConfig, path)
+			return nil, fmt.Errorf("%w: %s: no files in the directory", ErrConfig, path)
 		}
 	}
 	srcs := make(map[string][]byte, len(files))
@@ -190,12 +213,44 @@ func LoadConfig(path string) (*Config, error) {
 		}
 		srcs[f] = data
 	}
-	return compile(files, srcs)
+	return compile(files, srcs, o.MergeDomains)
+}
+
+// list returns the files of directory root that Load reads, in lexical
+// order of their paths.
+func (o LoadOptions) list(root string) ([]string, error) {
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		name := d.Name()
+		dot := path != root && strings.HasPrefix(name, ".")
+		switch {
+		case d.IsDir() && dot && (o.IgnoreDotFiles || strings.HasPrefix(name, "..")):
+			return filepath.SkipDir
+		case d.IsDir() || (dot && o.IgnoreDotFiles):
+			return nil
+		case d.Type()&fs.ModeSymlink != 0:
+			fi, err := os.Stat(path)
+			if err != nil {
+				return fmt.Errorf("%w: %v", ErrConfig, err)
+			}
+			if !fi.Mode().IsRegular() {
+				return nil // a link to a directory is not followed
+			}
+		case !d.Type().IsRegular():
+			return nil
+		}
+		files = append(files, path)
+		return nil
+	})
+	return files, err
 }
 
 // ParseConfig compiles one file's content; name appears in its errors.
 func ParseConfig(name string, data []byte) (*Config, error) {
-	return compile([]string{name}, map[string][]byte{name: data})
+	return compile([]string{name}, map[string][]byte{name: data}, false)
 }
 
 func readFile(path string) ([]byte, error) {
@@ -214,7 +269,7 @@ func readFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-func compile(files []string, srcs map[string][]byte) (*Config, error) {
+func compile(files []string, srcs map[string][]byte, merge bool) (*Config, error) {
 	c := &Config{domains: map[string]*node{}}
 	owner := map[string]string{}
 	for _, name := range files {
@@ -225,11 +280,14 @@ func compile(files []string, srcs map[string][]byte) (*Config, error) {
 		if y.Domain == "" {
 			return nil, fmt.Errorf("%w: %s: the domain must not be empty", ErrConfig, name)
 		}
+		root := &node{}
 		if prev, dup := owner[y.Domain]; dup {
-			return nil, fmt.Errorf("%w: %s: domain %q is also in %s (one file per domain)", ErrConfig, name, y.Domain, prev)
+			if !merge {
+				return nil, fmt.Errorf("%w: %s: domain %q is also in %s (one file per domain, or set MERGE_DOMAIN_CONFIG=true)", ErrConfig, name, y.Domain, prev)
+			}
+			root = c.domains[y.Domain]
 		}
 		owner[y.Domain] = name
-		root := &node{}
 		b := builder{domain: y.Domain, c: c}
 		if err := b.load(root, y.Descriptors, nil, 1); err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrConfig, name, err)
@@ -278,8 +336,8 @@ func (b *builder) load(parent *node, ds []yamlDescriptor, path []step, depth int
 		if d.Key == "" {
 			return fmt.Errorf("descriptor %s: the key must not be empty", where)
 		}
-		if d.QuotaMode != nil {
-			return fmt.Errorf("descriptor %s: quota_mode is not supported by this service", where)
+		if d.QuotaMode {
+			return fmt.Errorf("descriptor %s: quota_mode: true is not supported by this service", where)
 		}
 		n := &node{key: d.Key, value: d.Value, detailed: d.DetailedMetric, valueToMetric: d.ValueToMetric, share: d.ShareThreshold}
 		isWild := strings.Contains(d.Value, "*")
@@ -342,6 +400,13 @@ func (b *builder) rule(d *yamlDescriptor, path []step) (*Rule, error) {
 		detailed:   d.DetailedMetric,
 		namespace:  namespaceOf(b.domain, path),
 	}
+	if len(d.Metadata) > 0 {
+		md, err := structpb.NewStruct(d.Metadata)
+		if err != nil {
+			return nil, fmt.Errorf("metadata: %v", err)
+		}
+		r.metadata = md
+	}
 	for _, rep := range y.Replaces {
 		switch {
 		case rep.Name == "":
@@ -370,7 +435,7 @@ func (b *builder) rule(d *yamlDescriptor, path []step) (*Rule, error) {
 	case y.RequestsPerUnit == nil:
 		return nil, errors.New("rate_limit needs requests_per_unit (0 denies every request)")
 	}
-	r.Unit, r.RequestsPerUnit = unit, *y.RequestsPerUnit
+	r.Unit, r.RequestsPerUnit = unit, uint32(*y.RequestsPerUnit)
 	r.Capacity = int64(r.RequestsPerUnit)
 	if y.Burst != nil {
 		switch {
@@ -384,23 +449,29 @@ func (b *builder) rule(d *yamlDescriptor, path []step) (*Rule, error) {
 	if r.RequestsPerUnit == 0 {
 		return r, nil // denies every request; no bucket
 	}
-	l, err := bucketLimit(r.Capacity, int64(r.RequestsPerUnit), per)
+	l, rounded, err := bucketLimit(r.Capacity, int64(r.RequestsPerUnit), per)
 	if err != nil {
 		return nil, err
 	}
-	r.limit = l
+	r.limit, r.Rounded = l, rounded
 	return r, nil
 }
 
-// bucketLimit returns the Limit of capacity tokens refilling n every per,
-// or why the library cannot keep it exactly.
-func bucketLimit(capacity, n int64, per time.Duration) (ratelimit.Limit, error) {
-	l := ratelimit.Limit{Capacity: capacity, RefillTokens: n, RefillPeriod: per}
-	if err := l.Validate(); err != nil {
-		return l, fmt.Errorf("%d requests per %v with a capacity of %d cannot be kept exactly: %v",
-			n, per, capacity, strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": "))
+// wholeUint32 is requests_per_unit: a YAML integer from 0 to 2^32-1. A
+// number with a fraction (5.5) is refused, as the peer refuses it, where a
+// plain uint32 field would take its integer part.
+type wholeUint32 uint32
+
+func (w *wholeUint32) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+		return fmt.Errorf("line %d: requests_per_unit must be a whole number from 0 to 4294967295 (got %q)", n.Line, n.Value)
 	}
-	return l, nil
+	var u uint32
+	if err := n.Decode(&u); err != nil {
+		return err
+	}
+	*w = wholeUint32(u)
+	return nil
 }
 
 // describe names a descriptor by its path for an error message:

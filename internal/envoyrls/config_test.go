@@ -269,10 +269,12 @@ func TestParseConfigErrors(t *testing.T) {
 		{"an empty replaces", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: ''}]}\n", "empty name"},
 		{"replaces itself", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {name: n, unit: second, requests_per_unit: 1, replaces: [{name: n}]}\n", "own name"},
 		{"share_threshold without a wildcard", "domain: d\ndescriptors:\n  - {key: a, value: v, share_threshold: true}\n", "needs a wildcard"},
-		{"quota_mode", "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n", "quota_mode is not supported"},
+		{"quota_mode", "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n", "quota_mode: true is not supported"},
+		{"a fraction", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5.5}\n", "must be a whole number"},
+		{"a string", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: '5'}\n", "must be a whole number"},
 		{"burst 0", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 0}\n", "burst must be at least 1"},
 		{"burst on a deny rule", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 0, burst: 3}\n", "burst needs requests_per_unit"},
-		{"a limit too fine to keep exactly", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: year, requests_per_unit: 4294967295}\n", "cannot be kept exactly"},
+		{"a burst beyond 2^53", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: year, requests_per_unit: 1, burst: 9007199254740993}\n", "cannot be kept"},
 		{"two documents", "domain: d\n---\ndomain: e\n", "more than one YAML document"},
 		{"not a mapping", "- a\n- b\n", "cannot unmarshal"},
 	} {
@@ -292,25 +294,66 @@ func TestLoadConfigDirectory(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) {
 		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o700); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write("a.yaml", "domain: a\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 1}}\n")
-	write("b.yml", "domain: b\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 1}}\n")
-	write(".hidden.yaml", "not: valid: yaml")
-	write("notes.txt", "not read")
-	cfg, err := LoadConfig(dir)
-	if err != nil {
+	rule := func(domain string) string {
+		return "domain: " + domain + "\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 1}}\n"
+	}
+	// The peer reads every file, in subdirectories too, dot files unless
+	// RUNTIME_IGNOREDOTFILES.
+	write("a.yaml", rule("a"))
+	write("b.yml", rule("b"))
+	write("extra.conf", rule("c"))
+	write("sub/d.yaml", rule("d"))
+	write(".hidden.yaml", rule("e"))
+	write(".dotdir/f.yaml", rule("f"))
+	// Kubernetes' atomic writer: the files are links into ..data, a link
+	// to a timestamped directory; that directory is never read itself.
+	write("..2026_01_01/g.yaml", rule("g"))
+	if err := os.Symlink("..2026_01_01", filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(cfg.Domains(), ","); got != "a,b" {
-		t.Errorf("got domains %s, want a,b", got)
+	if err := os.Symlink("..data/g.yaml", filepath.Join(dir, "g.yaml")); err != nil {
+		t.Fatal(err)
 	}
-	write("c.yaml", "domain: a\n")
-	_, err = LoadConfig(dir)
-	if err == nil || !strings.Contains(err.Error(), "c.yaml") || !strings.Contains(err.Error(), "a.yaml") {
-		t.Errorf("a domain in two files: got %v, want an error naming both", err)
+	if err := os.Symlink("sub", filepath.Join(dir, "linked-dir")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		opts LoadOptions
+		want string
+	}{
+		{LoadOptions{}, "a,b,c,d,e,f,g"},
+		{LoadOptions{IgnoreDotFiles: true}, "a,b,c,d,g"},
+	} {
+		cfg, err := tc.opts.Load(dir)
+		if err != nil {
+			t.Fatalf("%+v: %v", tc.opts, err)
+		}
+		if got := strings.Join(cfg.Domains(), ","); got != tc.want {
+			t.Errorf("%+v: got domains %s, want %s", tc.opts, got, tc.want)
+		}
+	}
+	write("z.yaml", "domain: a\ndescriptors:\n  - {key: other, rate_limit: {unit: second, requests_per_unit: 1}}\n")
+	_, err := LoadConfig(dir)
+	if err == nil || !strings.Contains(err.Error(), "z.yaml") || !strings.Contains(err.Error(), "a.yaml") || !strings.Contains(err.Error(), "MERGE_DOMAIN_CONFIG") {
+		t.Errorf("a domain in two files: got %v, want an error naming both and MERGE_DOMAIN_CONFIG", err)
+	}
+	cfg, err := LoadOptions{MergeDomains: true}.Load(dir)
+	if err != nil {
+		t.Fatalf("merged: %v", err)
+	}
+	if cfg.Rules() != 8 {
+		t.Errorf("merged: got %d rules, want 8", cfg.Rules())
+	}
+	write("zz.yaml", "domain: a\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 1}}\n")
+	if _, err := (LoadOptions{MergeDomains: true}).Load(dir); err == nil || !strings.Contains(err.Error(), "duplicate descriptor") {
+		t.Errorf("merged, a descriptor written twice: got %v, want duplicate descriptor", err)
 	}
 	if _, err := LoadConfig(t.TempDir()); err == nil {
 		t.Error("an empty directory: got no error")

@@ -19,7 +19,9 @@
 //
 // A request is decided all or nothing: when any descriptor's bucket lacks
 // its cost (and the rule is not in shadow mode), the answer is OVER_LIMIT and
-// no bucket is charged. On a ratelimit.BatchStore that is one ApplyAll call;
+// no bucket is charged. The statuses count the descriptors in turn, as the
+// peer does, against the balances the request found. On a ratelimit.BatchStore that is one ApplyAll call;
 // other stores get a sequential path (see applyAll). A Service is safe for
-// simultaneous use by multiple goroutines and starts no goroutine.
+// simultaneous use by multiple goroutines and starts no goroutine (Watch
+// runs in its caller's).
 package envoyrls

@@ -52,5 +52,5 @@ descriptors:
 	// Output:
 	// OK 1 99
 	// OK 0 98
-	// OVER_LIMIT 0 98
+	// OVER_LIMIT 0 97
 }

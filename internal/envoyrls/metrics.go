@@ -3,7 +3,6 @@ package envoyrls
 import (
 	"math"
 	"sync"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -12,21 +11,42 @@ import (
 // granted hit counts as near the limit, as the peer's NEAR_LIMIT_RATIO.
 const DefaultNearLimitRatio = 0.8
 
-// MaxRuleSeries bounds the distinct metric keys the per-rule series take.
-// detailed_metric and value_to_metric put request values in keys; past the
-// bound, new keys are counted under their rule's own Path.
-const MaxRuleSeries = 10_000
+// Bounds on the per-rule series. detailed_metric and value_to_metric put
+// request values in keys (the configuration asks for them), and a
+// descriptor's own limit puts its entries' keys in one; such a key longer
+// than MaxMetricKeyBytes, or one past MaxRuleSeries keys or MaxRuleSeriesBytes
+// bytes of keys in all, is counted under its rule's own Path (a descriptor's
+// own limit: under the domain's "<domain>#override"), which holds no request
+// value. The series are never freed, so these bound them for the process's
+// life.
+const (
+	MaxRuleSeries      = 10_000
+	MaxRuleSeriesBytes = 1 << 20
+	MaxMetricKeyBytes  = 256
+)
+
+// MaxCountedHits bounds the hits one descriptor of one request adds to a
+// counter: a hits_addend above it (it can never be granted on any bucket
+// below it) counts as MaxCountedHits, so that no request moves a counter out
+// of the range where adding 1 still counts.
+const MaxCountedHits = math.MaxUint32
 
 // Metrics are the service's Prometheus series, the peer's per-rule
 // statistics among them. Label "key" is the peer's statistics key (see
 // Rule.Path, detailed_metric and value_to_metric):
 //
 //	ratelimit_envoy_hits_total{domain,key}         hits (hits_addend) of every matched descriptor
-//	ratelimit_envoy_over_limit_total{domain,key}   hits its bucket denied (shadow mode too)
-//	ratelimit_envoy_near_limit_total{domain,key}   granted hits past the near-limit ratio of the capacity
-//	ratelimit_envoy_within_limit_total{domain,key} granted hits
-//	ratelimit_envoy_shadow_mode_total{domain,key}  hits a shadow-mode rule would have denied
+//	ratelimit_envoy_over_limit_total{domain,key}   hits beyond what its bucket held (shadow mode too)
+//	ratelimit_envoy_near_limit_total{domain,key}   hits within the limit past the near-limit ratio of the capacity
+//	ratelimit_envoy_within_limit_total{domain,key} hits of descriptors answered within the limit
+//	ratelimit_envoy_shadow_mode_total{domain,key}  hits beyond the limit that a shadow-mode rule let pass
+//	ratelimit_envoy_global_shadow_mode_total       requests over a limit answered OK by SHADOW_MODE
 //	ratelimit_envoy_requests_total{result}         ShouldRateLimit calls: ok, over_limit, unknown_domain, invalid, error
+//
+// Descriptors are counted in turn, as the statuses are (see settle): of 5
+// hits on a bucket holding 3, 2 are over the limit and 3 near it. Each
+// descriptor's hits are counted up to MaxCountedHits.
+//
 //	ratelimit_envoy_config_reloads_total{result}   reloads, ok or error
 //	ratelimit_envoy_rules                          rate_limit blocks in force
 //
@@ -36,8 +56,10 @@ type Metrics struct {
 	requests, reloads                *prometheus.CounterVec
 	rules                            prometheus.Gauge
 	ratio                            float64
-	series                           sync.Map // key -> *ruleCounters
-	nseries                          atomic.Int64
+	globalShadowN                    prometheus.Counter
+	mu                               sync.Mutex // guards the growth of series
+	series                           sync.Map   // key -> *ruleCounters
+	nseries, nbytes                  int
 	reqOK, reqOver                   prometheus.Counter
 }
 
@@ -63,7 +85,9 @@ func NewMetrics(ratio float64) *Metrics {
 		requests: vec("ratelimit_envoy_requests_total", "ShouldRateLimit calls, by result (ok, over_limit, unknown_domain, invalid, error).", "result"),
 		reloads:  vec("ratelimit_envoy_config_reloads_total", "Envoy config reloads, by result (ok, error).", "result"),
 		rules:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "ratelimit_envoy_rules", Help: "rate_limit blocks in force."}),
-		ratio:    ratio,
+		globalShadowN: prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_envoy_global_shadow_mode_total",
+			Help: "Requests over a limit that SHADOW_MODE answered OK."}),
+		ratio: ratio,
 	}
 	m.reqOK = m.requests.WithLabelValues("ok")
 	m.reqOver = m.requests.WithLabelValues("over_limit")
@@ -72,7 +96,13 @@ func NewMetrics(ratio float64) *Metrics {
 
 // Collectors returns the series, for registering in a prometheus.Registerer.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.hits, m.over, m.near, m.within, m.shadow, m.requests, m.reloads, m.rules}
+	return []prometheus.Collector{m.hits, m.over, m.near, m.within, m.shadow, m.globalShadowN, m.requests, m.reloads, m.rules}
+}
+
+func (m *Metrics) globalShadow() {
+	if m != nil {
+		m.globalShadowN.Inc()
+	}
 }
 
 func (m *Metrics) request(result string) {
@@ -93,12 +123,26 @@ func (m *Metrics) reloaded(result string) {
 	}
 }
 
+// counters returns the series of key, or of the rule's fallback key (see
+// MaxRuleSeries) when key is too long or the bounds are reached.
 func (m *Metrics) counters(r *Rule, key string) *ruleCounters {
 	if v, ok := m.series.Load(key); ok {
 		return v.(*ruleCounters)
 	}
-	if key != r.Path && m.nseries.Load() >= MaxRuleSeries {
-		return m.counters(r, r.Path)
+	fallback := r.Path
+	if r.override {
+		fallback = r.Domain + overrideSuffix
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if v, ok := m.series.Load(key); ok {
+		return v.(*ruleCounters)
+	}
+	if key != fallback && (len(key) > MaxMetricKeyBytes || m.nseries >= MaxRuleSeries || m.nbytes+len(key) > MaxRuleSeriesBytes) {
+		if v, ok := m.series.Load(fallback); ok {
+			return v.(*ruleCounters)
+		}
+		key = fallback // a rule's own key is bounded by the configuration
 	}
 	c := &ruleCounters{
 		hits:   m.hits.WithLabelValues(r.Domain, key),
@@ -107,37 +151,42 @@ func (m *Metrics) counters(r *Rule, key string) *ruleCounters {
 		within: m.within.WithLabelValues(r.Domain, key),
 		shadow: m.shadow.WithLabelValues(r.Domain, key),
 	}
-	if v, loaded := m.series.LoadOrStore(key, c); loaded {
-		return v.(*ruleCounters)
-	}
-	m.nseries.Add(1)
+	m.series.Store(key, c)
+	m.nseries++
+	m.nbytes += len(key)
 	return c
 }
 
-// observe counts a decided check.
+// observe counts a decided check, in turn (see settle): the hits beyond
+// the balance it saw are over the limit, and those within it past the
+// near-limit ratio near it.
 func (m *Metrics) observe(c *check) {
 	if m == nil || c.rule == nil || c.replaced {
 		return
 	}
 	rc := m.counters(c.rule, c.metric)
-	hits := float64(c.hits)
-	rc.hits.Add(hits)
+	hits := min(c.hits, MaxCountedHits)
+	rc.hits.Add(float64(hits))
 	b := c.bucket
 	if b == nil {
 		return // unlimited
 	}
-	switch {
-	case !b.d.Allowed:
-		rc.over.Add(hits)
+	capacity := b.limit.Capacity // 0 for rpu 0
+	threshold := int64(math.Floor(float64(capacity) * m.ratio))
+	usedBefore := capacity - c.seen
+	if !c.fits {
+		over := hits - min(hits, uint64(c.seen))
+		rc.over.Add(float64(over))
 		if b.shadow {
-			rc.shadow.Add(hits)
+			rc.shadow.Add(float64(over))
 		}
-	case b.charged:
-		rc.within.Add(hits)
-		capacity := b.limit.Capacity
-		threshold := int64(math.Floor(float64(capacity) * m.ratio))
-		if used := capacity - b.d.Remaining; used > threshold {
-			rc.near.Add(float64(min(int64(c.hits), used-threshold)))
+		if c.seen > 0 {
+			rc.near.Add(float64(capacity - max(threshold, usedBefore)))
 		}
+		return
+	}
+	rc.within.Add(float64(hits))
+	if usedAfter := usedBefore + int64(hits); usedAfter > threshold {
+		rc.near.Add(float64(min(int64(hits), usedAfter-threshold)))
 	}
 }

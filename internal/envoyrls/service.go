@@ -25,14 +25,15 @@ import (
 	"github.com/exactlimit/ratelimit/httplimit"
 )
 
-// Bounds on a request. A request beyond them is INVALID_ARGUMENT.
+// Bounds on a request. A request beyond them is INVALID_ARGUMENT. Keys and
+// values have no bound of their own (a long :path reaches the service from
+// Envoy): the message size bounds them, and a long subject is kept in the
+// store as its hash.
 const (
 	// MaxDescriptors bounds the descriptors of one request.
 	MaxDescriptors = 64
 	// MaxEntries bounds the entries of one descriptor.
 	MaxEntries = maxDepth
-	// MaxEntryBytes bounds an entry's key and its value, each.
-	MaxEntryBytes = 4096
 	// MaxRecvMsgSize is the largest request the gRPC server of
 	// ServerOptions accepts, and MaxSendMsgSize the largest response.
 	MaxRecvMsgSize = 1 << 20
@@ -102,6 +103,18 @@ type Options struct {
 	Metrics *Metrics
 	// Logger receives reloads and store errors (default: discard).
 	Logger *slog.Logger
+	// ShadowMode is the peer's global SHADOW_MODE: every request is
+	// decided and charged as usual, and the overall answer is OK even when
+	// a descriptor is over its limit (the statuses say which); such
+	// answers are counted in ratelimit_envoy_global_shadow_mode_total.
+	ShadowMode bool
+	// DynamicMetadata is the peer's RESPONSE_DYNAMIC_METADATA: every
+	// response carries dynamic_metadata with the domain, the descriptors,
+	// the request's hits_addend and the merged metadata of the rules whose
+	// descriptors passed.
+	DynamicMetadata bool
+	// Load says how Reload reads a directory.
+	Load LoadOptions
 }
 
 // Service answers envoy.service.ratelimit.v3.RateLimitService with token
@@ -114,7 +127,12 @@ type Service struct {
 	headers Headers
 	metrics *Metrics
 	log     *slog.Logger
+	shadow  bool
+	dynamic bool
+	load    LoadOptions
 	state   atomic.Pointer[state]
+	// watched, when set (by tests), is told each tick Watch has handled.
+	watched chan struct{}
 	// lastErrLog is when a store error was last logged (Unix ns).
 	lastErrLog atomic.Int64
 }
@@ -130,7 +148,8 @@ func New(o Options) (*Service, error) {
 	if o.Store == nil {
 		return nil, errors.New("envoyrls: store must not be nil")
 	}
-	s := &Service{store: o.Store, clock: o.Clock, timeout: o.Timeout, headers: o.Headers, metrics: o.Metrics, log: o.Logger}
+	s := &Service{store: o.Store, clock: o.Clock, timeout: o.Timeout, headers: o.Headers, metrics: o.Metrics, log: o.Logger,
+		shadow: o.ShadowMode, dynamic: o.DynamicMetadata, load: o.Load}
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
 	}
@@ -149,7 +168,8 @@ func New(o Options) (*Service, error) {
 }
 
 // SetConfig puts cfg in force. A request decided during the swap uses
-// either the old configuration or cfg, never a mix.
+// either the old configuration or cfg, never a mix. Each rule whose refill
+// rate was rounded down (Rule.Rounded) is logged.
 func (s *Service) SetConfig(cfg *Config) error {
 	st := &state{cfg: cfg, limiters: map[*Rule]*ratelimit.Limiter[string]{}}
 	var opts []ratelimit.Option
@@ -168,6 +188,13 @@ func (s *Service) SetConfig(cfg *Config) error {
 	if err != nil {
 		return fmt.Errorf("envoyrls: %w", err)
 	}
+	cfg.eachRule(func(r *Rule) {
+		if r.Rounded {
+			s.log.Warn("envoy rule: the exact refill rate is beyond the 2^53 bound; rounded down by less than one part in 10^9",
+				"rule", r.Path, "requests_per_unit", r.RequestsPerUnit, "unit", r.Unit, "capacity", r.Capacity,
+				"kept", fmt.Sprintf("%d per %v", r.limit.RefillTokens, r.limit.RefillPeriod))
+		}
+	})
 	s.state.Store(st)
 	if s.metrics != nil {
 		s.metrics.rules.Set(float64(cfg.rules))
@@ -178,11 +205,11 @@ func (s *Service) SetConfig(cfg *Config) error {
 // Config returns the configuration in force.
 func (s *Service) Config() *Config { return s.state.Load().cfg }
 
-// Reload loads the configuration at path (see LoadConfig) and puts it in
+// Reload loads the configuration at path (with Options.Load) and puts it in
 // force. On an error the configuration in force stays; the error is logged
 // with the file and counted in ratelimit_envoy_config_reloads_total.
 func (s *Service) Reload(path string) error {
-	cfg, err := LoadConfig(path)
+	cfg, err := s.load.Load(path)
 	if err == nil {
 		err = s.SetConfig(cfg)
 	}
@@ -220,6 +247,11 @@ type check struct {
 	replaced bool
 	override *rlsv3.RateLimitResponse_RateLimit // a descriptor's own limit
 	bucket   *bucket
+	// seen is the balance of the bucket this check was counted against,
+	// after the checks before it in the request took their hits; fits
+	// says whether its hits were there (see settle).
+	seen int64
+	fits bool
 }
 
 // bucket is one key of the request, with the checks that share it.
@@ -234,13 +266,18 @@ type bucket struct {
 	impossible bool // no bucket can ever hold the cost: rpu 0, or above capacity
 	d          ratelimit.Decision
 	charged    bool
+	// left is what the checks counted so far left of the balance the
+	// bucket had before the request, -1 once one did not fit (see settle).
+	left int64
 }
 
 // ShouldRateLimit decides a request as envoyproxy/ratelimit answers it, with
 // token buckets, and all or nothing: when any descriptor is over its limit
-// the response is OVER_LIMIT and no descriptor's bucket is charged. A
-// malformed request is INVALID_ARGUMENT; a store that cannot decide (with
-// the outage behaviour return-error) is UNAVAILABLE.
+// the response is OVER_LIMIT and no descriptor's bucket is charged. The
+// statuses count the descriptors in turn, as the peer does: of two
+// descriptors on one bucket with one token left, the first is OK and the
+// second OVER_LIMIT. A malformed request is INVALID_ARGUMENT; a store that
+// cannot decide (with the outage behaviour return-error) is UNAVAILABLE.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		s.metrics.request("invalid")
@@ -252,6 +289,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if root == nil {
 		for i := range resp.Statuses {
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		}
+		if s.dynamic {
+			resp.DynamicMetadata = dynamicMetadata(req, nil)
 		}
 		s.metrics.request("unknown_domain")
 		return resp, nil
@@ -285,7 +325,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	for i := range checks {
 		c := &checks[i]
-		if c.rule != nil && c.rule.Name != "" && replacing[c.rule.Name] {
+		// An unlimited rule is never replaced: the peer sets it aside
+		// before it looks at the names.
+		if c.rule != nil && !c.rule.Unlimited && c.rule.Name != "" && replacing[c.rule.Name] {
 			c.replaced = true
 		}
 	}
@@ -305,35 +347,74 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		return nil, status.Error(codes.Unavailable, "rate limit store unavailable")
 	}
+	settle(checks, buckets)
 
-	bind := -1 // the check whose headers are sent
+	// The headers describe the status closest to its limit, the last one
+	// over its limit when there is one, as the peer chooses.
+	bind, least := -1, uint32(maxUint32)
 	for i := range checks {
 		c := &checks[i]
 		st := s.statusOf(c)
 		resp.Statuses[i] = st
 		s.metrics.observe(c)
-		if c.bucket == nil {
-			continue
+		if st.CurrentLimit != nil && st.LimitRemaining < least {
+			bind, least = i, st.LimitRemaining
 		}
-		switch {
-		case st.Code == rlsv3.RateLimitResponse_OVER_LIMIT:
-			if resp.OverallCode == rlsv3.RateLimitResponse_OK {
-				bind = i
-			}
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		case resp.OverallCode == rlsv3.RateLimitResponse_OK && (bind < 0 || st.LimitRemaining < resp.Statuses[bind].LimitRemaining):
-			bind = i
+			bind, least = i, 0
 		}
 	}
 	if s.headers.Enabled && bind >= 0 {
 		resp.ResponseHeadersToAdd = s.responseHeaders(&checks[bind], resp.Statuses[bind])
 	}
-	if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+	if s.dynamic {
+		resp.DynamicMetadata = dynamicMetadata(req, checks)
+	}
+	switch {
+	case resp.OverallCode == rlsv3.RateLimitResponse_OK:
 		s.metrics.request("ok")
-	} else {
+	case s.shadow:
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		s.metrics.globalShadow()
+		s.metrics.request("ok")
+	default:
 		s.metrics.request("over_limit")
 	}
 	return resp, nil
+}
+
+// settle counts each check against its bucket in request order, as the
+// peer counts descriptors: a check fits when its hits are within what the
+// bucket held before the request less the hits of the checks before it, and
+// no check before it on the bucket failed. A look (hits 0) at an empty
+// bucket fits. The request as a whole was decided by decide;
+// settle only says which descriptors the statuses and metrics name.
+func settle(checks []check, buckets []*bucket) {
+	for _, b := range buckets {
+		before := max(b.d.Remaining, 0)
+		switch {
+		case b.limit == (ratelimit.Limit{}):
+			before = 0 // rpu 0: never a token
+		case b.charged:
+			before += b.cost
+		}
+		b.left = before
+	}
+	for i := range checks {
+		c := &checks[i]
+		b := c.bucket
+		if b == nil {
+			continue
+		}
+		c.seen = max(b.left, 0)
+		c.fits = b.left >= 0 && c.hits <= uint64(b.left)
+		if c.fits {
+			b.left -= int64(c.hits)
+		} else {
+			b.left = -1 // overdrawn: every later check is over, a look too
+		}
+	}
 }
 
 // validate refuses what cannot be decided: no domain, no descriptors, a
@@ -343,8 +424,6 @@ func validate(req *rlsv3.RateLimitRequest) error {
 	switch {
 	case req.Domain == "":
 		return errors.New("the domain must not be empty")
-	case len(req.Domain) > MaxEntryBytes:
-		return fmt.Errorf("the domain is longer than %d bytes", MaxEntryBytes)
 	case len(req.Descriptors) == 0:
 		return errors.New("the descriptor list must not be empty")
 	case len(req.Descriptors) > MaxDescriptors:
@@ -363,8 +442,6 @@ func validate(req *rlsv3.RateLimitRequest) error {
 			switch {
 			case e == nil || e.Key == "":
 				return fmt.Errorf("descriptor %d entry %d: the key must not be empty", i, j)
-			case len(e.Key) > MaxEntryBytes || len(e.Value) > MaxEntryBytes:
-				return fmt.Errorf("descriptor %d entry %d: key and value must each be at most %d bytes", i, j, MaxEntryBytes)
 			}
 		}
 	}
@@ -406,6 +483,8 @@ func (s *Service) overrideCheck(c *check, domain string, d *rlv3.RateLimitDescri
 	b.WriteString("envoy-override")
 	frame(&b, domain)
 	fmt.Fprintf(&b, ":%d/%s*%d", o.RequestsPerUnit, name, mult)
+	// The statistics key and the policy name hold the entries' keys and
+	// never their values: a value can be anything a client sends.
 	var subj, stat strings.Builder
 	stat.WriteString(domain)
 	for _, e := range d.Entries {
@@ -413,22 +492,19 @@ func (s *Service) overrideCheck(c *check, domain string, d *rlv3.RateLimitDescri
 		frame(&subj, e.Value)
 		stat.WriteByte('.')
 		stat.WriteString(e.Key)
-		if e.Value != "" {
-			stat.WriteByte('_')
-			stat.WriteString(e.Value)
-		}
 	}
-	r := &Rule{Domain: domain, Path: stat.String(), Unit: name, RequestsPerUnit: o.RequestsPerUnit, Capacity: int64(o.RequestsPerUnit), namespace: b.String()}
+	stat.WriteString(overrideSuffix)
+	r := &Rule{Domain: domain, Path: stat.String(), Unit: name, RequestsPerUnit: o.RequestsPerUnit, Capacity: int64(o.RequestsPerUnit), namespace: b.String(), override: true}
 	c.rule, c.subject, c.metric = r, shorten(subj.String()), r.Path
 	c.override = &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: o.RequestsPerUnit, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(o.Unit), UnitMultiplier: o.UnitMultiplier}
 	if o.RequestsPerUnit == 0 {
 		return nil
 	}
-	l, err := bucketLimit(r.Capacity, int64(o.RequestsPerUnit), per)
+	l, rounded, err := bucketLimit(r.Capacity, int64(o.RequestsPerUnit), per)
 	if err != nil {
 		return fmt.Errorf("limit override: %v", err)
 	}
-	r.limit = l
+	r.limit, r.Rounded = l, rounded
 	var opts []ratelimit.Option
 	if s.clock != nil {
 		opts = append(opts, ratelimit.WithClock(s.clock))
@@ -468,10 +544,14 @@ func (s *Service) buckets(checks []check) []*bucket {
 			}
 		}
 		if b == nil {
-			b = &bucket{key: key, lim: c.lim, subject: c.subject, limit: r.limit, limits: limits, shadow: r.ShadowMode, impossible: r.RequestsPerUnit == 0}
+			b = &bucket{key: key, lim: c.lim, subject: c.subject, limit: r.limit, limits: limits, shadow: r.ShadowMode}
 			out = append(out, b)
 		}
 		c.bucket = b
+		if r.RequestsPerUnit == 0 {
+			b.impossible = b.impossible || c.hits > 0 // a look at rpu 0 is OK
+			continue
+		}
 		if b.impossible {
 			continue
 		}
@@ -486,9 +566,10 @@ func (s *Service) buckets(checks []check) []*bucket {
 
 // decide decides the buckets as one. A bucket in shadow mode never denies
 // the others: when only shadow buckets lack their cost they are left out
-// and the rest decided again. When an enforced bucket can never hold its
-// cost, the request is over its limit and every bucket is only peeked, for
-// the statuses.
+// and the rest decided again. A bucket of cost 0 is only looked at and never
+// denies the others. When an enforced bucket can never hold its cost, the
+// request is over its limit and every bucket is only peeked, for the
+// statuses.
 func (s *Service) decide(ctx context.Context, buckets []*bucket) error {
 	if len(buckets) == 0 {
 		return nil
@@ -504,8 +585,8 @@ func (s *Service) decide(ctx context.Context, buckets []*bucket) error {
 		b := buckets[0]
 		var err error
 		switch {
-		case b.lim == nil:
-			b.d, err = s.store.Apply(ctx, b.key, ratelimit.Request{Limits: b.limits, Cost: b.cost, Peek: b.cost == 0, Now: now})
+		case b.lim == nil: // rpu 0, looked at: never a token, no store call
+			b.d = ratelimit.Decision{}
 		case b.cost == 0:
 			b.d, err = b.lim.Peek(ctx, b.subject)
 		default:
@@ -524,7 +605,9 @@ func (s *Service) decide(ctx context.Context, buckets []*bucket) error {
 	var peeks []*bucket
 	for _, b := range buckets {
 		switch {
-		case peekOnly || b.impossible:
+		case peekOnly || b.impossible || b.cost == 0:
+			// A look (hits 0) never denies the others: it is decided
+			// apart, and only for its status.
 			peeks = append(peeks, b)
 		default:
 			active = append(active, b)
@@ -608,26 +691,33 @@ func (s *Service) statusOf(c *check) *rlsv3.RateLimitResponse_DescriptorStatus {
 	switch {
 	case r == nil || c.replaced:
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	case r.Unlimited:
+	case r.Unlimited: // never replaced (see ShouldRateLimit)
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: maxUint32}
 	}
 	b := c.bucket
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{
-		Code:           rlsv3.RateLimitResponse_OK,
-		CurrentLimit:   c.override,
-		LimitRemaining: uint32(min(max(b.d.Remaining, 0), maxUint32)),
-	}
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: c.override}
 	if st.CurrentLimit == nil {
 		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: unitEnum[r.Unit]}
 	}
-	reset := b.d.ResetAfter
+	reset := max(b.d.ResetAfter, 0)
+	if c.fits {
+		st.LimitRemaining = uint32(min(c.seen-int64(c.hits), maxUint32))
+	} else {
+		// Over: nothing left for it, as the peer says, and never a reset
+		// of 0 (a full bucket that can never hold the hits, or rpu 0,
+		// resets in one unit).
+		reset = max(reset, b.d.RetryAfter)
+		if reset <= 0 || b.limit == (ratelimit.Limit{}) {
+			reset = Units[r.Unit]
+		}
+		if !b.shadow {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
 	if b.limit == (ratelimit.Limit{}) {
 		reset = Units[r.Unit] // rpu 0 never fills
 	}
-	st.DurationUntilReset = durationpb.New(max(reset, 0))
-	if !b.d.Allowed && !b.shadow {
-		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-	}
+	st.DurationUntilReset = durationpb.New(reset)
 	return st
 }
 

@@ -316,10 +316,14 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 		for range 3 {
 			wantStatus(t, "hits 0 looks", f.ask(t, 4, d).Statuses[0], ok, 4, 10)
 		}
-		wantStatus(t, "5 of 4 left: over, nothing taken", f.ask(t, 5, desc("remote_address=1.1.1.1")).Statuses[0], over, 4, 10)
-		wantStatus(t, "4 of 4: allowed", f.ask(t, 4, desc("remote_address=1.1.1.1")).Statuses[0], ok, 0, 10)
+		st := f.ask(t, 5, desc("remote_address=1.1.1.1")).Statuses[0]
+		wantStatus(t, "5 of 4 left: over, nothing left for it, as the peer says", st, over, 0, 10)
+		if st.DurationUntilReset.AsDuration() <= 0 {
+			t.Errorf("over the limit with reset %v, want more than 0", st.DurationUntilReset.AsDuration())
+		}
+		wantStatus(t, "4 of 4: allowed, the 5 took nothing", f.ask(t, 4, desc("remote_address=1.1.1.1")).Statuses[0], ok, 0, 10)
 		d.HitsAddend = wrapperspb.UInt64(0)
-		wantStatus(t, "a look at an empty bucket is over", f.ask(t, 0, d).Statuses[0], over, 0, 10)
+		wantStatus(t, "a look at an empty bucket is OK", f.ask(t, 0, d).Statuses[0], ok, 0, 10)
 	})
 
 	t.Run("hits_addend above the capacity is OVER_LIMIT and charges no descriptor", func(t *testing.T) {
@@ -330,11 +334,11 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 		if r.OverallCode != over {
 			t.Fatalf("got %v, want OVER_LIMIT", r.OverallCode)
 		}
-		wantStatus(t, "the huge one", r.Statuses[0], over, 10, 10)
-		wantStatus(t, "the other, only looked at", r.Statuses[1], ok, 100, 100)
+		wantStatus(t, "the huge one", r.Statuses[0], over, 0, 10)
+		wantStatus(t, "the other, only looked at: what its hit would leave", r.Statuses[1], ok, 99, 100)
 		wantStatus(t, "later, the other is full", f.ask(t, 0, desc("to_number=42")).Statuses[0], ok, 99, 100)
 		wantStatus(t, "request hits 3", f.ask(t, 3, desc("remote_address=2.2.2.2")).Statuses[0], ok, 7, 10)
-		wantStatus(t, "request hits 11 > 10, alone: over, with the real balance", f.ask(t, 11, desc("remote_address=2.2.2.2")).Statuses[0], over, 7, 10)
+		wantStatus(t, "request hits 11 > 10, alone: over", f.ask(t, 11, desc("remote_address=2.2.2.2")).Statuses[0], over, 0, 10)
 		wantStatus(t, "nothing taken", f.ask(t, 0, desc("remote_address=2.2.2.2")).Statuses[0], ok, 6, 10)
 	})
 
@@ -348,19 +352,22 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 			t.Fatalf("got %v, want OVER_LIMIT", r.OverallCode)
 		}
 		wantStatus(t, "spent", r.Statuses[0], over, 0, 5)
-		wantStatus(t, "would pass alone, untouched", r.Statuses[1], ok, 100, 100)
+		wantStatus(t, "would pass alone: what its hit would leave", r.Statuses[1], ok, 99, 100)
 		wantStatus(t, "still untouched", f.ask(t, 0, desc("to_number=7")).Statuses[0], ok, 99, 100)
 	})
 
-	t.Run("two descriptors on one bucket add their hits", func(t *testing.T) {
+	t.Run("two descriptors on one bucket add their hits, counted in turn", func(t *testing.T) {
 		f := serve(t, newStore(t), e2eConfig, Headers{})
 		r := f.ask(t, 3, desc("remote_address=3.3.3.3"), desc("remote_address=3.3.3.3"))
-		wantStatus(t, "first", r.Statuses[0], ok, 4, 10)
+		wantStatus(t, "first", r.Statuses[0], ok, 7, 10)
 		wantStatus(t, "second", r.Statuses[1], ok, 4, 10)
 		r = f.ask(t, 3, desc("remote_address=3.3.3.3"), desc("remote_address=3.3.3.3"))
 		if r.OverallCode != over {
 			t.Fatalf("6 of 4: got %v, want OVER_LIMIT", r.OverallCode)
 		}
+		wantStatus(t, "3 of 4: OK in turn", r.Statuses[0], ok, 1, 10)
+		wantStatus(t, "then 3 of 1: over", r.Statuses[1], over, 0, 10)
+		wantStatus(t, "nothing was taken", f.ask(t, 4, desc("remote_address=3.3.3.3")).Statuses[0], ok, 0, 10)
 	})
 
 	t.Run("a descriptor's own limit overrides the file", func(t *testing.T) {
@@ -444,7 +451,6 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 			{"an empty key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{desc("=v")}}},
 			{"a refund", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{neg}}},
 			{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: many}},
-			{"a huge value", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{desc("a=" + strings.Repeat("x", MaxEntryBytes+1))}}},
 		} {
 			_, err := f.client.ShouldRateLimit(context.Background(), tc.req)
 			if status.Code(err) != codes.InvalidArgument {
@@ -546,7 +552,7 @@ func concurrentAllOrNothing(t *testing.T, store ratelimit.Store) {
 
 func TestLongValuesKeepTheirOwnBuckets(t *testing.T) {
 	f := serve(t, memstore.New(), e2eConfig, Headers{})
-	long := strings.Repeat("v", MaxEntryBytes)
+	long := strings.Repeat("v", 64<<10) // beyond any bound on one value: answered
 	a, b := long[:len(long)-1]+"a", long[:len(long)-1]+"b"
 	for range 10 {
 		f.ask(t, 0, desc("remote_address="+a))

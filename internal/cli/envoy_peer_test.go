@@ -1,0 +1,206 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/exactlimit/ratelimit/internal/redistest"
+)
+
+// envoyServe runs serve with the Envoy service in this process and returns
+// a client of it, the HTTP address and the log.
+type envoyServe struct {
+	client rlsv3.RateLimitServiceClient
+	conn   *grpc.ClientConn
+	http   string
+	stderr *syncBuffer
+	done   chan int
+}
+
+func startServeEnvoy(t *testing.T, vars map[string]string, args ...string) *envoyServe {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout syncBuffer
+	e := &envoyServe{stderr: &syncBuffer{}, done: make(chan int, 1)}
+	env := Env{Stdout: &stdout, Stderr: e.stderr, Getenv: func(k string) string { return vars[k] }}
+	go func() {
+		e.done <- Main(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"}, args...), env)
+	}()
+	grpcAddr := waitLog(t, e.stderr, e.done, regexp.MustCompile(`grpc=(\S+)`))[1]
+	e.http = waitLog(t, e.stderr, e.done, regexp.MustCompile(`msg=serving addr=(\S+)`))[1]
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.conn, e.client = conn, rlsv3.NewRateLimitServiceClient(conn)
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		select {
+		case <-e.done:
+		case <-time.After(10 * time.Second):
+			t.Error("serve did not stop")
+		}
+	})
+	return e
+}
+
+func (e *envoyServe) ask(t *testing.T, ip string) (*rlsv3.RateLimitResponse, error) {
+	t.Helper()
+	return e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{
+		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip}}},
+	}})
+}
+
+func writeEnvoyConfig(t *testing.T, path string, rpu string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(envoyTestConfig, "%d", rpu)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestServeEnvoyLikeThePeer: the health service "ratelimit", POST /json and
+// GET /healthcheck on the HTTP listener, SHADOW_MODE, and a config edit
+// reloaded without a signal.
+func TestServeEnvoyLikeThePeer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	writeEnvoyConfig(t, path, "1")
+	e := startServeEnvoy(t, map[string]string{"SHADOW_MODE": "true"}, "--envoy-config", path, "--envoy-config-watch", "20ms")
+
+	h, err := healthpb.NewHealthClient(e.conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health of ratelimit: %v, %v; want SERVING", h, err)
+	}
+
+	for i := range 2 {
+		r, err := e.ask(t, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Errorf("request %d with SHADOW_MODE: %v, want OK", i+1, r.OverallCode)
+		}
+		if i == 1 && r.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("the status under SHADOW_MODE: %v, want OVER_LIMIT", r.Statuses[0].Code)
+		}
+	}
+
+	res, err := http.Post("http://"+e.http+"/json", "application/json", strings.NewReader(`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"j"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), `"overallCode":"OK"`) {
+		t.Errorf("POST /json: %d %s", res.StatusCode, body)
+	}
+	res, err = http.Get("http://" + e.http + "/healthcheck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || string(body) != "OK" {
+		t.Errorf("GET /healthcheck: %d %q", res.StatusCode, body)
+	}
+
+	writeEnvoyConfig(t, path, "3")
+	waitLog(t, e.stderr, e.done, regexp.MustCompile(`msg="envoy config reloaded"`))
+	r, err := e.ask(t, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Statuses[0].CurrentLimit.GetRequestsPerUnit(); got != 3 {
+		t.Errorf("after the edit: requests_per_unit %d, want 3", got)
+	}
+}
+
+// TestServeEnvoyOutageIsUnavailable: with Redis down, ShouldRateLimit is
+// gRPC UNAVAILABLE by default (Envoy's failure_mode_deny decides), while the
+// HTTP API keeps its own --outage; --envoy-outage chooses another.
+func TestServeEnvoyOutageIsUnavailable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	writeEnvoyConfig(t, path, "5")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want codes.Code
+		code rlsv3.RateLimitResponse_Code
+	}{
+		{"default", nil, codes.Unavailable, 0},
+		{"fail-open", []string{"--envoy-outage", "fail-open"}, codes.OK, rlsv3.RateLimitResponse_OK},
+		{"fail-closed", []string{"--envoy-outage", "fail-closed"}, codes.OK, rlsv3.RateLimitResponse_OVER_LIMIT},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			e := startServeEnvoy(t, nil, append([]string{"--envoy-config", path, "--redis", "redis://" + srv.Addr(), "--timeout", "200ms"}, tc.args...)...)
+			if r, err := e.ask(t, "up"); err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("with Redis up: %v, %v", r, err)
+			}
+			srv.Kill()
+			r, err := e.ask(t, "down")
+			if status.Code(err) != tc.want {
+				t.Fatalf("with Redis down: %v, want %v", err, tc.want)
+			}
+			if err == nil && r.OverallCode != tc.code {
+				t.Errorf("with Redis down: %v, want %v", r.OverallCode, tc.code)
+			}
+		})
+	}
+}
+
+func TestServeEnvoyPeerSettings(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"a.yaml":       "domain: edge\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1}}\n",
+		"b.yaml":       "domain: edge\ndescriptors:\n  - {key: b, rate_limit: {unit: second, requests_per_unit: 1}}\n",
+		".hidden.yaml": "not: [yaml",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		vars map[string]string
+		code int
+		want string
+	}{
+		{"one domain in two files without MERGE_DOMAIN_CONFIG", map[string]string{"RUNTIME_IGNOREDOTFILES": "true"}, 1, "MERGE_DOMAIN_CONFIG"},
+		{"a dot file read by default", map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, 1, ".hidden.yaml"},
+		{"a bad boolean", map[string]string{"SHADOW_MODE": "maybe"}, 2, "SHADOW_MODE"},
+		{"QUOTA_MODE", map[string]string{"QUOTA_MODE": "true"}, 2, "QUOTA_MODE=true is not supported"},
+		{"TLS without files", map[string]string{"GRPC_SERVER_USE_TLS": "true"}, 2, "needs GRPC_SERVER_TLS_CERT"},
+		{"a client SAN", map[string]string{"GRPC_CLIENT_TLS_SAN": "envoy"}, 2, "GRPC_CLIENT_TLS_SAN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr syncBuffer
+			env := Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return tc.vars[k] }}
+			code := Main(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--envoy-config", dir}, env)
+			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("got exit %d and %q, want %d and %q", code, stderr.String(), tc.code, tc.want)
+			}
+		})
+	}
+	t.Run("both settings: served", func(t *testing.T) {
+		e := startServeEnvoy(t, map[string]string{"MERGE_DOMAIN_CONFIG": "true", "RUNTIME_IGNOREDOTFILES": "1"}, "--envoy-config", dir)
+		if !strings.Contains(e.stderr.String(), "rules=2") {
+			t.Errorf("the merged domain: %s", e.stderr.String())
+		}
+	})
+}
