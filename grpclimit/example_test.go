@@ -19,6 +19,18 @@ import (
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
+// serveHealth serves grpc's health service with srv on a loopback port,
+// until srv stops, and returns its address.
+func serveHealth(srv *grpc.Server) string {
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(ln) //nolint:errcheck // ends with Stop
+	return ln.Addr().String()
+}
+
 func Example() {
 	now := func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 	lim, err := ratelimit.New[string](memstore.New(), ratelimit.PerMinute(2),
@@ -36,15 +48,10 @@ func Example() {
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(in.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(in.StreamServerInterceptor()))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go srv.Serve(ln) //nolint:errcheck // ends with Stop
+	addr := serveHealth(srv)
 	defer srv.Stop()
 
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -80,19 +87,14 @@ func ExampleUnaryClientInterceptor() {
 		log.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(in.UnaryServerInterceptor()))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go srv.Serve(ln) //nolint:errcheck // ends with Stop
+	addr := serveHealth(srv)
 	defer srv.Stop()
 
 	retry, err := grpclimit.UnaryClientInterceptor(grpclimit.WithRetries(2), grpclimit.WithMaxRetryDelay(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
-	conn, err := grpc.NewClient(ln.Addr().String(),
+	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(retry))
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,15 +17,6 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/storetest"
 )
-
-func mustPrefixes(t *testing.T, s ...string) []netip.Prefix {
-	t.Helper()
-	p, err := ParsePrefixes(s...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // callCtx returns the context of a call from peer addr (nil: no peer) with
 // incoming metadata md (key, value pairs).
@@ -45,7 +37,7 @@ func tcp(s string) net.Addr {
 }
 
 func TestPeerIPAndTrustedProxies(t *testing.T) {
-	proxies := mustPrefixes(t, "10.0.0.0/8", "2001:db8:ffff::1")
+	proxies := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::1/128")}
 	xff := TrustedProxies{Prefixes: proxies}
 	custom := TrustedProxies{Prefixes: proxies, Header: "X-Real-Client"}
 	xff128 := TrustedProxies{Prefixes: proxies, IPv6Bits: 128}
@@ -99,6 +91,17 @@ func TestPeerIPAndTrustedProxies(t *testing.T) {
 				t.Fatalf("key = %q, %v; want %q", got, err, tt.want)
 			}
 		})
+	}
+}
+
+func TestParsePrefixes(t *testing.T) {
+	got, err := ParsePrefixes("10.0.0.9/8, 127.0.0.1", "::ffff:192.0.2.2")
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("192.0.2.2/32")}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("ParsePrefixes = %v, %v", got, err)
+	}
+	if _, err := ParsePrefixes("example.com"); err == nil {
+		t.Error("ParsePrefixes(example.com): no error")
 	}
 }
 
@@ -223,7 +226,7 @@ func TestSpoofedForwardedForThroughTheServer(t *testing.T) {
 	lim := newLimiter(t, stores(t)[0].new(t, clock), clock, "api", ratelimit.PerMinute(1))
 	ctx := context.Background()
 	t.Run("an untrusted client cannot choose its key", func(t *testing.T) {
-		p := TrustedProxies{Prefixes: mustPrefixes(t, "10.0.0.0/8")}
+		p := TrustedProxies{Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
 		client := serve(t, newInterceptor(t, lim, WithKey(p.PeerIP)))
 		if _, _, err := check(client, ctx); err != nil {
 			t.Fatalf("first call: %v", err)
@@ -234,7 +237,7 @@ func TestSpoofedForwardedForThroughTheServer(t *testing.T) {
 		}
 	})
 	t.Run("behind a trusted proxy each client has its key", func(t *testing.T) {
-		p := TrustedProxies{Prefixes: mustPrefixes(t, "127.0.0.1")}
+		p := TrustedProxies{Prefixes: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
 		client := serve(t, newInterceptor(t, lim, WithKey(p.PeerIP)))
 		for _, c := range []string{"198.51.100.1", "198.51.100.2"} {
 			if _, _, err := check(client, ctx, "x-forwarded-for", c); err != nil {

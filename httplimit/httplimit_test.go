@@ -428,30 +428,25 @@ func TestCancelledClientIsNotAnOutage(t *testing.T) {
 }
 
 func TestNew(t *testing.T) {
-	lim := &failing{}
-	for _, tt := range []struct {
-		name string
-		lim  Limiter
-		opts []Option
-		want string
-	}{
-		{"nil limiter", nil, nil, "limiter must not be nil"},
-		{"nil key", lim, []Option{WithKey(nil)}, "key function must not be nil"},
-		{"nil cost", lim, []Option{WithCost(nil)}, "cost function must not be nil"},
-		{"nil clock", lim, []Option{WithClock(nil)}, "clock must not be nil"},
-		{"nil error handler", lim, []Option{WithErrorHandler(nil)}, "error handler must not be nil"},
-		{"nil skip", lim, []Option{WithSkip(nil)}, "skip function must not be nil"},
-		{"nil mux", lim, []Option{WithServeMux(nil)}, "mux must not be nil"},
-		{"negative timeout", lim, []Option{WithTimeout(-time.Second)}, "timeout must not be negative"},
-		{"bad name", lim, []Option{WithPolicyName("a\nb")}, "policy name"},
-		{"empty name", lim, []Option{WithPolicyName("")}, "policy name"},
+	if _, err := New(nil); !errors.Is(err, ratelimit.ErrInvalidArgument) || !strings.Contains(err.Error(), "httplimit: limiter must not be nil") {
+		t.Errorf("New(nil): %v", err)
+	}
+	// Each option's error, by the message it gives.
+	for want, opt := range map[string]Option{
+		"key function must not be nil":  WithKey(nil),
+		"cost function must not be nil": WithCost(nil),
+		"clock must not be nil":         WithClock(nil),
+		"error handler must not be nil": WithErrorHandler(nil),
+		"skip function must not be nil": WithSkip(nil),
+		"mux must not be nil":           WithServeMux(nil),
+		"timeout must not be negative":  WithTimeout(-time.Second),
+		`policy name "a\nb" must be`:    WithPolicyName("a\nb"),
+		`policy name "" must be`:        WithPolicyName(""),
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := New(tt.lim, tt.opts...)
-			if !errors.Is(err, ratelimit.ErrInvalidArgument) || !strings.Contains(err.Error(), "httplimit: "+tt.want) {
-				t.Fatalf("New: %v, want ErrInvalidArgument saying %q", err, tt.want)
-			}
-		})
+		_, err := New(&failing{}, opt)
+		if !errors.Is(err, ratelimit.ErrInvalidArgument) || !strings.Contains(err.Error(), "httplimit: "+want) {
+			t.Errorf("New: %v, want ErrInvalidArgument saying %q", err, want)
+		}
 	}
 }
 

@@ -15,17 +15,16 @@ import (
 	"github.com/exactlimit/ratelimit/redisstore"
 )
 
-func mustPrefixes(t *testing.T, s ...string) []netip.Prefix {
-	t.Helper()
-	p, err := ParsePrefixes(s...)
-	if err != nil {
-		t.Fatal(err)
+// prefixes returns the prefixes of CIDR strings.
+func prefixes(s ...string) (out []netip.Prefix) {
+	for _, p := range s {
+		out = append(out, netip.MustParsePrefix(p))
 	}
-	return p
+	return out
 }
 
 func TestClientIP(t *testing.T) {
-	proxies := mustPrefixes(t, "10.0.0.0/8", "2001:db8:ffff::1")
+	proxies := prefixes("10.0.0.0/8", "2001:db8:ffff::1/128")
 	xff := TrustedProxies{Prefixes: proxies}
 	fwd := TrustedProxies{Prefixes: proxies, Header: "Forwarded"}
 	xff128 := TrustedProxies{Prefixes: proxies, IPv6Bits: 128}
@@ -103,7 +102,7 @@ func TestClientIP(t *testing.T) {
 func TestSpoofedForwardedForThroughTheMiddleware(t *testing.T) {
 	c := &clock{now: t0}
 	lim := newLimiter(t, c, ratelimit.PerMinute(1))
-	p := TrustedProxies{Prefixes: mustPrefixes(t, "10.0.0.0/8")}
+	p := TrustedProxies{Prefixes: prefixes("10.0.0.0/8")}
 	h := newMiddleware(t, lim, c, WithKey(p.ClientIP))
 	if w := get(h, "192.0.2.1:1"); w.Code != 200 {
 		t.Fatalf("first request: %d", w.Code)
