@@ -31,10 +31,11 @@ var ErrNoKey = httplimit.ErrNoKey
 // reaches the store.
 var ErrKeyTooLong = httplimit.ErrKeyTooLong
 
-// MaxKeyBytes bounds a call's key, as httplimit bounds a request's and the
-// ratelimit service a subject: a longer key (from RawMetadata, Join or any
-// KeyFunc) is refused with ErrKeyTooLong rather than stored, and so is a
-// Metadata value longer than this before it is hashed.
+// MaxKeyBytes bounds a call's key to 1,024 bytes, as httplimit bounds a
+// request's and the ratelimit service a subject: a longer key (from
+// RawMetadata, Join or any KeyFunc) is refused with ErrKeyTooLong rather
+// than stored, and so is a Metadata value longer than this before it is
+// hashed.
 const MaxKeyBytes = httplimit.MaxKeyBytes
 
 // PeerIP keys a call by the IP address of the connection's peer, and

@@ -43,8 +43,8 @@ var ErrNoKey = clientkey.ErrNoKey
 // key never reaches the store. It is grpclimit's ErrKeyTooLong too.
 var ErrKeyTooLong = clientkey.ErrKeyTooLong
 
-// MaxKeyBytes bounds a request's key, as the ratelimit service bounds a
-// subject, and as grpclimit bounds a call's: a longer key (from RawHeader,
+// MaxKeyBytes bounds a request's key to 1,024 bytes, as the ratelimit
+// service bounds a subject, and as grpclimit bounds a call's: a longer key (from RawHeader,
 // Join or any KeyFunc) is refused with ErrKeyTooLong rather than stored, and
 // so is a Header value longer than this before it is hashed.
 const MaxKeyBytes = clientkey.MaxBytes
