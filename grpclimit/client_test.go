@@ -2,7 +2,11 @@ package grpclimit
 
 import (
 	"context"
+	"errors"
+	"math"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,6 +49,15 @@ func (f *fakeSleep) slept() []time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]time.Duration(nil), f.waits...)
+}
+
+func clientInterceptor(t *testing.T, opts ...ClientOption) grpc.UnaryClientInterceptor {
+	t.Helper()
+	ci, err := UnaryClientInterceptor(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ci
 }
 
 func TestUnaryClientInterceptor(t *testing.T) {
@@ -90,7 +103,7 @@ func TestUnaryClientInterceptor(t *testing.T) {
 			lim := newLimiter(t, newStore(t, clock), clock, "api", ratelimit.PerMinute(1))
 			fs := &fakeSleep{clock: clock, advance: tt.advance}
 			client := serve(t, newInterceptor(t, lim),
-				grpc.WithUnaryInterceptor(UnaryClientInterceptor(append([]ClientOption{WithRetrySleep(fs.sleep)}, tt.opts...)...)))
+				grpc.WithUnaryInterceptor(clientInterceptor(t, append([]ClientOption{WithRetrySleep(fs.sleep), WithMaxRetryDelay(time.Hour)}, tt.opts...)...)))
 			if tt.store == nil {
 				if _, _, err := check(client, context.Background()); err != nil {
 					t.Fatalf("the call that empties the bucket: %v", err)
@@ -125,7 +138,7 @@ func TestUnaryClientInterceptorReturnsOtherErrorsAtOnce(t *testing.T) {
 	rec := &recording{}
 	fs := &fakeSleep{}
 	client := serve(t, newInterceptor(t, rec),
-		grpc.WithUnaryInterceptor(UnaryClientInterceptor(WithRetrySleep(fs.sleep))))
+		grpc.WithUnaryInterceptor(clientInterceptor(t, WithRetrySleep(fs.sleep))))
 	_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "unknown"})
 	if status.Code(err) != codes.NotFound || len(fs.slept()) != 0 || rec.count() != 1 {
 		t.Fatalf("Check of an unknown service: %v after %d waits and %d checks; want NotFound, no retry", err, len(fs.slept()), rec.count())
@@ -139,6 +152,106 @@ func TestRetryDelay(t *testing.T) {
 	for _, err := range []error{nil, context.Canceled, status.Error(codes.ResourceExhausted, "no detail")} {
 		if d, ok := RetryDelay(err); ok {
 			t.Errorf("RetryDelay(%v) = %v, true; want none", err, d)
+		}
+	}
+}
+
+// refusing serves the health service behind an interceptor that refuses
+// every call with code and a RetryInfo of delay, and counts the calls.
+func refusing(t *testing.T, code codes.Code, delay time.Duration, dialOpts ...grpc.DialOption) (healthpb.HealthClient, *atomic.Int64) {
+	calls := new(atomic.Int64)
+	refuse := func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+		calls.Add(1)
+		return nil, withRetry(code, "refused", delay)
+	}
+	return serveWith(t, []grpc.ServerOption{grpc.UnaryInterceptor(refuse)}, dialOpts...), calls
+}
+
+func TestUnaryClientInterceptorCapsRetryInfo(t *testing.T) {
+	long := time.Duration(math.MaxInt64)
+	tests := []struct {
+		name     string
+		delay    time.Duration
+		opts     []ClientOption
+		deadline time.Duration // 0: none
+		min, max time.Duration // the one wait expected; max 0: no wait
+	}{
+		{"a delay of 1,000 h is not waited out", 1000 * time.Hour, nil, 0, 0, 0},
+		{"a delay near MaxInt64 does not overflow into a retry", long, nil, 0, 0, 0},
+		{"a delay of MaxInt64 - 1 ns neither", long - 1, nil, 0, 0, 0},
+		{"a delay of the default maximum is waited, without jitter past it", DefaultMaxRetryDelay, nil, 0,
+			DefaultMaxRetryDelay, DefaultMaxRetryDelay},
+		{"a delay just over the maximum is returned at once", DefaultMaxRetryDelay + 1, nil, 0, 0, 0},
+		{"WithMaxRetryDelay lowers the maximum", 3 * time.Second, []ClientOption{WithMaxRetryDelay(2 * time.Second)}, 0, 0, 0},
+		{"a delay under WithMaxRetryDelay is waited with its jitter", time.Second, []ClientOption{WithMaxRetryDelay(2 * time.Second)}, 0,
+			time.Second, time.Second + time.Second/10 + time.Millisecond},
+		{"WithMaxRetryDelay raises the maximum", 5 * time.Minute, []ClientOption{WithMaxRetryDelay(time.Hour)}, 0,
+			5 * time.Minute, 5*time.Minute + 30*time.Second + time.Millisecond},
+		{"a delay that outlasts the deadline is returned at once", 20 * time.Second, nil, 10 * time.Second, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := &fakeSleep{}
+			opts := append([]ClientOption{WithRetrySleep(fs.sleep), WithRetries(1)}, tt.opts...)
+			client, calls := refusing(t, codes.ResourceExhausted, tt.delay, grpc.WithUnaryInterceptor(clientInterceptor(t, opts...)))
+			ctx, cancel := context.Background(), context.CancelFunc(func() {})
+			if tt.deadline > 0 {
+				ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+			}
+			defer cancel()
+			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+			if status.Code(err) != codes.ResourceExhausted {
+				t.Fatalf("Check: %v, want the refusal", err)
+			}
+			waits := fs.slept()
+			if tt.max == 0 {
+				if len(waits) != 0 || calls.Load() != 1 {
+					t.Fatalf("waited %v over %d calls; want the refusal at once, no wait", waits, calls.Load())
+				}
+				return
+			}
+			if len(waits) != 1 || waits[0] < tt.min || waits[0] > tt.max || calls.Load() != 2 {
+				t.Fatalf("waited %v over %d calls; want one wait in [%v, %v] and a retry", waits, calls.Load(), tt.min, tt.max)
+			}
+		})
+	}
+}
+
+// The deadline is compared with the wait including its jitter.
+func TestRetryWaitAgainstTheDeadline(t *testing.T) {
+	c := &client{maxDelay: time.Minute, jitter: func(n int64) int64 { return n - 1 }, until: func(time.Time) time.Duration { return 5 * time.Second }}
+	ctx, cancel := context.WithDeadline(context.Background(), storetest.Start)
+	defer cancel()
+	for _, tt := range []struct {
+		delay time.Duration
+		ok    bool
+	}{
+		{4 * time.Second, true},               // 4.4 s + 1 ms - 1 ns
+		{4540 * time.Millisecond, true},       // 4.994 s + 1 ms - 1 ns
+		{4546 * time.Millisecond, false},      // 5.0006 s + 1 ms - 1 ns: past 5 s with its jitter
+		{5 * time.Second, false},              // the delay alone reaches it
+		{time.Duration(math.MaxInt64), false}, // over the maximum
+		{-time.Second, true},                  // a negative delay is none
+	} {
+		wait, ok := c.wait(ctx, withRetry(codes.Unavailable, "down", tt.delay))
+		if ok != tt.ok || wait < 0 || wait > c.maxDelay {
+			t.Errorf("delay %v: wait %v, %v; want retried %v, within 0..%v", tt.delay, wait, ok, tt.ok, c.maxDelay)
+		}
+	}
+}
+
+func TestUnaryClientInterceptorRefusesBadOptions(t *testing.T) {
+	for _, tt := range []struct {
+		opt  ClientOption
+		want string
+	}{
+		{WithRetries(-1), "retries must not be negative"},
+		{WithMaxRetryDelay(0), "maximum retry delay must be positive"},
+		{WithMaxRetryDelay(-time.Second), "maximum retry delay must be positive"},
+		{WithRetrySleep(nil), "sleep must not be nil"},
+	} {
+		if _, err := UnaryClientInterceptor(tt.opt); !errors.Is(err, ratelimit.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("UnaryClientInterceptor: %v, want ErrInvalidArgument saying %q", err, tt.want)
 		}
 	}
 }

@@ -35,19 +35,22 @@
 //
 // # Keys
 //
-// PeerIP keys by the connection's peer address and believes no metadata.
+// PeerIP keys by the connection's peer address (an IPv6 client by its /64,
+// as httplimit and the ratelimit service do) and believes no metadata.
 // Behind proxies (an Envoy, a load balancer), list them in a TrustedProxies
 // and key with its PeerIP method: x-forwarded-for is read only when the peer
 // is one of them, from the right, up to the first address that is not, so a
 // client cannot choose its key by sending the metadata itself. Metadata keys
-// by a metadata value such as an API key, Method by the full method name, and
-// Join and PerMethod combine keys. A subject longer than MaxKeyBytes is
-// hashed (see MaxKeyBytes).
+// by a metadata value such as an API key, its exact bytes hashed (SHA-256)
+// so that the store never holds a credential; RawMetadata keeps the value.
+// Method keys by the full method name, and Join and PerMethod combine keys.
 //
 // A call for which the key function fails (or returns "") gets
 // codes.InvalidArgument, or is passed to the handler unlimited with
 // PassMissingKey. So does a cost the CostFunc refuses, or one outside
-// 1..capacity.
+// 1..capacity. A key longer than MaxKeyBytes (1,024 bytes, as httplimit's)
+// is answered codes.InvalidArgument, with or without PassMissingKey, and
+// never reaches the store.
 //
 // # Policies per method
 //
@@ -56,36 +59,31 @@
 // Other methods use the limiter given to New, or are not limited when it is
 // nil.
 //
-// # Outages
+// # Timeouts and store errors
 //
-// Each check is bounded by WithTimeout (DefaultTimeout, 500 ms), so a store
-// that hangs cannot hold every call. When the Limiter returns an error that
-// is not the call's own (not an invalid cost, not the client going away),
-// the interceptors apply one of the behaviours named by fallback.Outage
-// (WithOutage):
+// Each check is bounded by WithTimeout (DefaultTimeout, 500 ms; 0 leaves the
+// call's own deadline as the only bound), so a store that hangs cannot hold
+// every call. When the Limiter returns an error that is not the call's own
+// (not an invalid cost, not the client going away), the call gets
+// codes.Unavailable, "rate limit unavailable", with a RetryInfo of one
+// second, or the answer of the function of WithErrorHandler. A Decision that
+// was not enforced (ratelimit.Decision.Enforced is false) is passed without
+// metadata when allowed, and answered codes.Unavailable when denied. A
+// client that went away gets the status of its context's error
+// (codes.Canceled or codes.DeadlineExceeded).
 //
-//   - FailClosed (the default): codes.Unavailable, "rate limit unavailable",
-//     with a RetryInfo of one second.
-//   - FailOpen: the call is passed to the handler, without rate-limit
-//     metadata.
-//   - LocalFallback: the call is decided by a bucket in this process with the
-//     same policy, per key, as long as the store keeps failing. Each call
-//     still tries the store first; for a breaker with a probe, build the
-//     Limiter's store with package fallback.
-//   - ReturnError: the function of WithErrorHandler returns the answer (nil
-//     lets the call through); codes.Unavailable without one.
+// What to do while the store is down (fail open, fail closed, decide in
+// this process) is the store's choice, not the interceptors': wrap it with
+// package fallback, whose answers reach them as decisions.
 //
-// A Decision that was not enforced (as package fallback returns under
-// FailOpen and FailClosed) is treated the same way: passed without metadata
-// when allowed, codes.Unavailable when denied. A client that went away gets
-// the status of its context's error (codes.Canceled or
-// codes.DeadlineExceeded).
+//	store, err := fallback.New(redisstore.New(rdb), fallback.WithOutage(fallback.LocalFallback))
 //
 // # Clients
 //
 // UnaryClientInterceptor retries a unary call refused with a RetryInfo
-// detail after the delay it names, a bounded number of times and never past
-// the call's deadline.
+// detail after the delay it names, a bounded number of times, never for
+// longer than WithMaxRetryDelay (30 s by default) a try and never past the
+// call's deadline.
 //
 // The interceptors never panic on a store error or a missing key. They are
 // safe for simultaneous use by multiple goroutines and start no goroutine.

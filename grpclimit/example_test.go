@@ -19,6 +19,18 @@ import (
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
+// serveHealth serves grpc's health service with srv on a loopback port,
+// until srv stops, and returns its address.
+func serveHealth(srv *grpc.Server) string {
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(ln) //nolint:errcheck // ends with Stop
+	return ln.Addr().String()
+}
+
 func Example() {
 	now := func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 	lim, err := ratelimit.New[string](memstore.New(), ratelimit.PerMinute(2),
@@ -36,15 +48,10 @@ func Example() {
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(in.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(in.StreamServerInterceptor()))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go srv.Serve(ln) //nolint:errcheck // ends with Stop
+	addr := serveHealth(srv)
 	defer srv.Stop()
 
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -67,14 +74,40 @@ func Example() {
 	// ResourceExhausted, retry in 30s; ratelimit: "api";r=0;t=60
 }
 
-// A client that waits out the denials it gets, at most twice per call.
+// A client that waits out the denials it gets, at most twice per call, and
+// never longer than 10 s a wait: a server that asks for a minute is
+// answered at once.
 func ExampleUnaryClientInterceptor() {
-	conn, err := grpc.NewClient("127.0.0.1:50051",
+	lim, err := ratelimit.New[string](memstore.New(), ratelimit.PerMinute(1))
+	if err != nil {
+		log.Fatal(err)
+	}
+	in, err := grpclimit.New(lim)
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(in.UnaryServerInterceptor()))
+	addr := serveHealth(srv)
+	defer srv.Stop()
+
+	retry, err := grpclimit.UnaryClientInterceptor(grpclimit.WithRetries(2), grpclimit.WithMaxRetryDelay(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(grpclimit.WithRetries(2))))
+		grpc.WithUnaryInterceptor(retry))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer conn.Close()
-	_ = healthpb.NewHealthClient(conn) // calls made with it wait on RetryInfo
+	client := healthpb.NewHealthClient(conn)
+	for range 2 {
+		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		wait, _ := grpclimit.RetryDelay(err)
+		fmt.Println(status.Code(err), wait.Round(time.Minute))
+	}
+	// Output:
+	// OK 0s
+	// ResourceExhausted 1m0s
 }

@@ -3,7 +3,6 @@ package grpclimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -17,9 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
-	"github.com/exactlimit/ratelimit/memstore"
+	"github.com/exactlimit/ratelimit/internal/clientkey"
 )
 
 // Limiter is what the interceptors check calls with: httplimit's, which
@@ -38,9 +36,9 @@ type CostFunc func(ctx context.Context, method string, req any) (int64, error)
 const DefaultPolicyName = "default"
 
 // DefaultTimeout bounds each check unless WithTimeout sets another bound: a
-// store that has not answered by then is treated as down (see the package
-// documentation on outages).
-const DefaultTimeout = 500 * time.Millisecond
+// store that has not answered by then is treated as failed, and the call is
+// answered codes.Unavailable.
+const DefaultTimeout = httplimit.DefaultTimeout
 
 // Interceptor limits the calls of a gRPC server. Build it with New and
 // install both of its interceptors:
@@ -54,23 +52,18 @@ type Interceptor struct {
 	methods   map[string]*policy // by full method name, or service prefix "/pkg.Service/"
 	key       KeyFunc
 	cost      CostFunc
-	outage    fallback.Outage
 	timeout   time.Duration
 	passNoKey bool
 	noHeader  bool
 	clock     func() time.Time
 	onError   func(ctx context.Context, method string, err error) error
-	local     *memstore.Store
-	policyN   int // policies made, for their local key prefixes
-	err       error
+	opts      clientkey.Options
 }
 
-// policy is one limiter of the interceptor, with its name in the metadata
-// and its prefix in the local fallback store.
+// policy is one limiter of the interceptor, with its name in the metadata.
 type policy struct {
-	lim   Limiter
-	name  string
-	local string // key prefix in the LocalFallback store
+	lim  Limiter
+	name string
 }
 
 // Option configures an Interceptor.
@@ -85,14 +78,17 @@ func WithCost(cost CostFunc) Option { return func(in *Interceptor) { in.cost = c
 // WithPolicyName sets the name of the default limiter's policy in the
 // ratelimit-policy and ratelimit metadata. The default is the limiter's
 // namespace when it has a Namespace method (as *ratelimit.Limiter has), else
-// "default". It must be 1 to 64 printable ASCII characters. It names only the
-// limiter given to New (none when that is nil); the limiters of WithMethod
-// are named by their namespaces.
+// "default". It must be 1 to 64 printable ASCII characters. It names the
+// limiter given to New, and is an error when that is nil; the limiters of
+// WithMethod are named by their namespaces.
 func WithPolicyName(name string) Option {
 	return func(in *Interceptor) {
-		if in.def != nil {
-			in.def.name = name
+		if in.def == nil {
+			in.opts.Fail("WithPolicyName names the limiter given to New, which is nil")
+			return
 		}
+		in.opts.PolicyName(name)
+		in.def.name = name
 	}
 }
 
@@ -104,7 +100,7 @@ func WithPolicyName(name string) Option {
 func WithMethod(method string, lim Limiter) Option {
 	return func(in *Interceptor) {
 		if !strings.HasPrefix(method, "/") || strings.Count(method, "/") != 2 {
-			in.fail("method %q must be \"/package.Service/Method\" or \"/package.Service/\"", method)
+			in.opts.Fail("method %q must be \"/package.Service/Method\" or \"/package.Service/\"", method)
 			return
 		}
 		if in.methods == nil {
@@ -114,36 +110,25 @@ func WithMethod(method string, lim Limiter) Option {
 			in.methods[method] = nil
 			return
 		}
-		in.policyN++
-		in.methods[method] = newPolicy(lim, in.policyN)
+		in.methods[method] = in.newPolicy(lim)
 	}
 }
 
-// WithOutage sets what happens when the Limiter cannot decide (default
-// fallback.FailClosed); see the package documentation.
-func WithOutage(o fallback.Outage) Option { return func(in *Interceptor) { in.outage = o } }
-
-// WithErrorHandler sets the function that answers a call whose check failed,
-// under fallback.ReturnError: it returns the error the client gets (a
-// status error, or any error, which gRPC sends as codes.Unknown), or nil to
-// let the call through unlimited. Without one, such a call gets
-// codes.Unavailable as under FailClosed.
+// WithErrorHandler sets the function that answers a call whose check
+// failed (the Limiter's store returned an error): it returns the error the
+// client gets (a status error, or any error, which gRPC sends as
+// codes.Unknown), or nil to let the call through unlimited. Without one,
+// such a call gets codes.Unavailable.
 func WithErrorHandler(h func(ctx context.Context, method string, err error) error) Option {
 	return func(in *Interceptor) { in.onError = h }
 }
 
 // WithTimeout bounds each check to d (default DefaultTimeout, 500 ms), or to
 // the call's deadline when that comes first. A check that runs out of time
-// is an outage, answered by WithOutage's behaviour. d = 0 sets no bound but
-// the call's own deadline; d must not be negative.
+// is answered as any store error is. d = 0 sets no bound of the
+// interceptor's own: the call's deadline only. d must not be negative.
 func WithTimeout(d time.Duration) Option {
-	return func(in *Interceptor) {
-		if d < 0 {
-			in.fail("timeout must not be negative (got %v)", d)
-			return
-		}
-		in.timeout = d
-	}
+	return func(in *Interceptor) { in.timeout = in.opts.Timeout(d) }
 }
 
 // PassMissingKey makes a call without a key pass to the handler unlimited,
@@ -162,74 +147,43 @@ func WithClock(clock func() time.Time) Option { return func(in *Interceptor) { i
 // New returns an Interceptor that limits calls with lim, and with the
 // limiters of WithMethod for their methods. lim may be nil when WithMethod is
 // given: the methods it does not list are then not limited. The error wraps
-// ratelimit.ErrInvalidArgument and reports a nil limiter or key function, an
-// unknown outage behaviour, a negative timeout, a malformed method name, or
-// a policy name that cannot be sent in metadata.
+// ratelimit.ErrInvalidArgument and reports a nil limiter, a nil function
+// given to an option, a negative timeout, a malformed method name, or a
+// policy name that cannot be sent in metadata.
 func New(lim Limiter, opts ...Option) (*Interceptor, error) {
 	in := &Interceptor{
 		key:     PeerIP,
-		outage:  fallback.FailClosed,
+		cost:    func(context.Context, string, any) (int64, error) { return 1, nil },
 		timeout: DefaultTimeout,
 		clock:   time.Now,
+		onError: func(context.Context, string, error) error { return unavailable() },
+		opts:    clientkey.NewOptions("grpclimit"),
 	}
 	if lim != nil {
-		in.def = newPolicy(lim, 0)
+		in.def = in.newPolicy(lim)
 	}
 	for _, o := range opts {
 		o(in)
 	}
-	switch {
-	case in.err != nil:
-		return nil, in.err
-	case lim == nil && len(in.methods) == 0:
-		return nil, invalid("limiter must not be nil (or give WithMethod)")
-	case in.key == nil:
-		return nil, invalid("key function must not be nil")
-	case in.clock == nil:
-		return nil, invalid("clock must not be nil")
-	case in.outage > fallback.LocalFallback:
-		return nil, invalid("unknown outage behaviour %d", in.outage)
+	if lim == nil && len(in.methods) == 0 {
+		in.opts.Fail("limiter must not be nil (or give WithMethod)")
 	}
-	for _, p := range in.policies() {
-		if !validName(p.name) {
-			return nil, invalid("policy name %q must be 1 to 64 printable ASCII characters", p.name)
-		}
-	}
-	if in.outage == fallback.LocalFallback {
-		in.local = memstore.New()
+	in.opts.Require("key function, cost function, error handler, clock",
+		in.key != nil, in.cost != nil, in.onError != nil, in.clock != nil)
+	if err := in.opts.Err(); err != nil {
+		return nil, err
 	}
 	return in, nil
 }
 
-func newPolicy(lim Limiter, index int) *policy {
+// newPolicy returns the policy of lim, named by its namespace.
+func (in *Interceptor) newPolicy(lim Limiter) *policy {
 	name := DefaultPolicyName
 	if n, ok := lim.(interface{ Namespace() string }); ok && n.Namespace() != "" {
 		name = n.Namespace()
 	}
-	return &policy{lim: lim, name: name, local: strconv.Itoa(index) + ":"}
-}
-
-func (in *Interceptor) policies() []*policy {
-	var ps []*policy
-	if in.def != nil {
-		ps = append(ps, in.def)
-	}
-	for _, p := range in.methods {
-		if p != nil {
-			ps = append(ps, p)
-		}
-	}
-	return ps
-}
-
-func (in *Interceptor) fail(format string, args ...any) {
-	if in.err == nil {
-		in.err = invalid(format, args...)
-	}
-}
-
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: grpclimit: "+format, append([]any{ratelimit.ErrInvalidArgument}, args...)...)
+	in.opts.PolicyName(name)
+	return &policy{lim: lim, name: name}
 }
 
 // policyFor returns the policy of method: its own, its service's, or the
@@ -297,9 +251,9 @@ func (in *Interceptor) check(ctx context.Context, method string, req any) (metad
 	if p == nil {
 		return nil, nil
 	}
-	key, err := in.key(ctx, method)
-	if err == nil && key == "" {
-		err = ErrNoKey
+	key, err := clientkey.Key(in.key(ctx, method))
+	if errors.Is(err, ErrKeyTooLong) {
+		return nil, status.Error(codes.InvalidArgument, "rate limit: "+err.Error())
 	}
 	if err != nil {
 		if in.passNoKey {
@@ -307,46 +261,21 @@ func (in *Interceptor) check(ctx context.Context, method string, req any) (metad
 		}
 		return nil, status.Error(codes.InvalidArgument, "rate limit: "+err.Error())
 	}
-	key = capKey(key)
-	cost := int64(1)
-	if in.cost != nil {
-		if cost, err = in.cost(ctx, method, req); err != nil {
-			return nil, status.Error(codes.InvalidArgument, "rate limit: call cost: "+err.Error())
-		}
-	}
-	cctx := ctx
-	if in.timeout > 0 {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(ctx, in.timeout)
-		defer cancel()
-	}
-	d, err := p.lim.TryAcquireN(cctx, key, cost)
+	cost, err := in.cost(ctx, method, req)
 	if err != nil {
-		switch {
-		case errors.Is(err, ratelimit.ErrInvalidArgument):
-			msg := strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": ")
+		return nil, status.Error(codes.InvalidArgument, "rate limit: call cost: "+err.Error())
+	}
+	cctx, cancel := clientkey.WithTimeout(ctx, in.timeout)
+	d, err := p.lim.TryAcquireN(cctx, key, cost)
+	cancel()
+	if err != nil {
+		switch f, msg := clientkey.Classify(ctx, err); {
+		case f == clientkey.Invalid:
 			return nil, status.Error(codes.InvalidArgument, "rate limit: "+msg)
-		case ctx.Err() != nil:
-			// The client is gone or its deadline passed: not an outage.
+		case f == clientkey.Gone:
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
-		switch in.outage {
-		case fallback.FailOpen:
-			return nil, nil
-		case fallback.ReturnError:
-			if in.onError != nil {
-				return nil, in.onError(ctx, method, err)
-			}
-			return nil, unavailable()
-		case fallback.LocalFallback:
-			d, err = in.local.Apply(ctx, p.local+key, ratelimit.Request{Limits: p.lim.Limits(), Cost: cost})
-			if err != nil {
-				return nil, unavailable()
-			}
-			d.Source = ratelimit.SourceLocal
-		default:
-			return nil, unavailable()
-		}
+		return nil, in.onError(ctx, method, err)
 	}
 	if !d.Enforced() {
 		if d.Allowed {
@@ -419,18 +348,4 @@ func RetryDelay(err error) (time.Duration, bool) {
 		}
 	}
 	return 0, false
-}
-
-// validName reports whether s can be a policy name: 1 to 64 printable ASCII
-// characters.
-func validName(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }

@@ -191,37 +191,23 @@ func TestOutages(t *testing.T) {
 		}
 		return newLimiter(t, fb, clock, "api", ratelimit.PerMinute(2))
 	}
+	down := func() Limiter { return newLimiter(t, failing{}, clock, "api", ratelimit.PerMinute(2)) }
 	tests := []struct {
 		name string
 		lim  func() Limiter
 		opts []Option
 		run  func(t *testing.T, client healthpb.HealthClient)
 	}{
-		{"fail closed by default: Unavailable with a RetryInfo of 1s", func() Limiter { return newLimiter(t, failing{}, clock, "api", ratelimit.PerMinute(2)) }, nil,
+		{"a store error is Unavailable with a RetryInfo of 1s and no fields", down, nil,
 			func(t *testing.T, client healthpb.HealthClient) {
-				_, _, err := check(client, context.Background())
+				_, trl, err := check(client, context.Background())
 				wantStatus(t, "check", err, codes.Unavailable, time.Second)
-			}},
-		{"fail open: the call goes through without fields", func() Limiter { return newLimiter(t, failing{}, clock, "api", ratelimit.PerMinute(2)) },
-			[]Option{WithOutage(fallback.FailOpen)},
-			func(t *testing.T, client healthpb.HealthClient) {
-				for range 3 {
-					hdr, _, err := check(client, context.Background())
-					ok(t, "check", err, hdr, false)
+				if len(trl.Get("ratelimit")) != 0 || len(trl.Get("ratelimit-policy")) != 0 {
+					t.Fatalf("an outage answer claims a bucket: %v", trl)
 				}
 			}},
-		{"local fallback: a bucket in this process with the same policy", func() Limiter { return newLimiter(t, failing{}, clock, "api", ratelimit.PerMinute(2)) },
-			[]Option{WithOutage(fallback.LocalFallback)},
-			func(t *testing.T, client healthpb.HealthClient) {
-				for i := range 2 {
-					hdr, _, err := check(client, context.Background())
-					ok(t, "check "+itoa(int64(i)), err, hdr, true)
-				}
-				_, _, err := check(client, context.Background())
-				wantStatus(t, "third check", err, codes.ResourceExhausted, -1)
-			}},
-		{"return error: the handler's error is the answer", func() Limiter { return newLimiter(t, failing{}, clock, "api", ratelimit.PerMinute(2)) },
-			[]Option{WithOutage(fallback.ReturnError), WithErrorHandler(func(_ context.Context, method string, err error) error {
+		{"the error handler's error is the answer", down,
+			[]Option{WithErrorHandler(func(_ context.Context, method string, err error) error {
 				return status.Errorf(codes.Aborted, "%s: %v", method, err)
 			})},
 			func(t *testing.T, client healthpb.HealthClient) {
@@ -231,14 +217,13 @@ func TestOutages(t *testing.T) {
 					t.Fatalf("the handler's message was lost: %v", err)
 				}
 			}},
-		{"return error: a nil from the handler lets the call through", func() Limiter { return newLimiter(t, failing{}, clock, "api", ratelimit.PerMinute(2)) },
-			[]Option{WithOutage(fallback.ReturnError), WithErrorHandler(func(context.Context, string, error) error { return nil })},
+		{"a nil from the error handler lets the call through", down,
+			[]Option{WithErrorHandler(func(context.Context, string, error) error { return nil })},
 			func(t *testing.T, client healthpb.HealthClient) {
 				hdr, _, err := check(client, context.Background())
 				ok(t, "check", err, hdr, false)
 			}},
-		{"return error without a handler: Unavailable", func() Limiter { return newLimiter(t, failing{}, clock, "api", ratelimit.PerMinute(2)) },
-			[]Option{WithOutage(fallback.ReturnError)},
+		{"a fallback store's return-error is Unavailable", func() Limiter { return unenforced(fallback.ReturnError) }, nil,
 			func(t *testing.T, client healthpb.HealthClient) {
 				_, _, err := check(client, context.Background())
 				wantStatus(t, "check", err, codes.Unavailable, time.Second)
@@ -250,10 +235,21 @@ func TestOutages(t *testing.T) {
 			}},
 		{"a fallback store's fail-open admission passes without fields", func() Limiter { return unenforced(fallback.FailOpen) }, nil,
 			func(t *testing.T, client healthpb.HealthClient) {
-				hdr, _, err := check(client, context.Background())
-				ok(t, "check", err, hdr, false)
+				for range 3 {
+					hdr, _, err := check(client, context.Background())
+					ok(t, "check", err, hdr, false)
+				}
 			}},
-		{"streams get the outage behaviour too", func() Limiter { return newLimiter(t, failing{}, clock, "api", ratelimit.PerMinute(2)) }, nil,
+		{"a fallback store's local buckets decide with the same policy", func() Limiter { return unenforced(fallback.LocalFallback) }, nil,
+			func(t *testing.T, client healthpb.HealthClient) {
+				for i := range 2 {
+					hdr, _, err := check(client, context.Background())
+					ok(t, "check "+itoa(int64(i)), err, hdr, true)
+				}
+				_, _, err := check(client, context.Background())
+				wantStatus(t, "third check", err, codes.ResourceExhausted, -1)
+			}},
+		{"streams get the same answer", down, nil,
 			func(t *testing.T, client healthpb.HealthClient) {
 				stream, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{})
 				if err != nil {
@@ -331,7 +327,8 @@ func TestKeysCostsAndBadInput(t *testing.T) {
 	if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: "abc"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("Check of an unknown service: %v (want NotFound from the handler)", err)
 	}
-	if s, c := rec.last(); s != "28:/grpc.health.v1.Health/Check|2:k1" || c != 3 {
+	// "k1" hashed: the first 16 bytes of its SHA-256 in unpadded base64url.
+	if s, c := rec.last(); s != "28:/grpc.health.v1.Health/Check|29:sha256:arnx6499M4j0-dWG9m6Z_Q" || c != 3 {
 		t.Fatalf("the limiter saw %q cost %d, want the method and key joined, cost 3", s, c)
 	}
 	_, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: "bad"})
@@ -345,13 +342,22 @@ func TestKeysCostsAndBadInput(t *testing.T) {
 		t.Errorf("the missing key is not named: %v", err)
 	}
 
-	long := strings.Repeat("t", 4000)
+	// A key longer than MaxKeyBytes is refused, from Metadata (before it
+	// is hashed) as from a KeyFunc of the caller's, and reaches no limiter.
+	long := strings.Repeat("t", MaxKeyBytes+1)
 	lctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", long)
-	if _, err := client.Check(lctx, &healthpb.HealthCheckRequest{}); err != nil {
-		t.Fatal(err)
+	n := rec.count()
+	_, err = client.Check(lctx, &healthpb.HealthCheckRequest{})
+	wantStatus(t, "a key over MaxKeyBytes", err, codes.InvalidArgument, -1)
+	for _, opts := range [][]Option{{WithKey(RawMetadata("x-api-key"))}, {WithKey(RawMetadata("x-api-key")), PassMissingKey()}} {
+		_, err = serve(t, newInterceptor(t, rec, opts...)).Check(lctx, &healthpb.HealthCheckRequest{})
+		wantStatus(t, "a raw key over MaxKeyBytes", err, codes.InvalidArgument, -1)
 	}
-	if s, _ := rec.last(); len(s) != 50 || !strings.HasPrefix(s, "sha256:") {
-		t.Fatalf("a %d-byte key reached the limiter as %q, want its 50-byte hash", 4000+34, s)
+	if !strings.Contains(err.Error(), "longer than 1024 bytes") || rec.count() != n {
+		t.Fatalf("%v after %d checks; want the bound named and no check", err, rec.count()-n)
+	}
+	if _, err := client.Check(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", long[1:]), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("a key of MaxKeyBytes: %v", err)
 	}
 
 	// The limiter's own refusal of a cost is InvalidArgument, not an outage.
@@ -398,7 +404,9 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		{"no limiter and no method", nil, nil, "limiter must not be nil"},
 		{"a nil key function", lim, []Option{WithKey(nil)}, "key function must not be nil"},
 		{"a nil clock", lim, []Option{WithClock(nil)}, "clock must not be nil"},
-		{"an unknown outage", lim, []Option{WithOutage(fallback.Outage(9))}, "unknown outage behaviour 9"},
+		{"a nil cost function", lim, []Option{WithCost(nil)}, "cost function must not be nil"},
+		{"a nil error handler", lim, []Option{WithErrorHandler(nil)}, "error handler must not be nil"},
+		{"a policy name without a limiter to name", nil, []Option{WithMethod(checkMethod, lim), WithPolicyName("x")}, "WithPolicyName names the limiter given to New"},
 		{"a negative timeout", lim, []Option{WithTimeout(-time.Second)}, "timeout must not be negative"},
 		{"a method without its service", lim, []Option{WithMethod("Check", lim)}, `method "Check" must be`},
 		{"a method with too many parts", lim, []Option{WithMethod("/a/b/c", lim)}, `method "/a/b/c" must be`},
@@ -408,7 +416,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := New(tt.lim, tt.opts...)
-			if !errors.Is(err, ratelimit.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.want) {
+			if !errors.Is(err, ratelimit.ErrInvalidArgument) || !strings.Contains(err.Error(), "grpclimit: "+tt.want) {
 				t.Fatalf("New: %v, want ErrInvalidArgument saying %q", err, tt.want)
 			}
 		})

@@ -33,13 +33,19 @@ const (
 // in's interceptors, and returns a client of it. Both stop with the test.
 func serve(t *testing.T, in *Interceptor, dialOpts ...grpc.DialOption) healthpb.HealthClient {
 	t.Helper()
+	return serveWith(t, []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(in.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(in.StreamServerInterceptor())}, dialOpts...)
+}
+
+// serveWith is serve for a server built with srvOpts.
+func serveWith(t *testing.T, srvOpts []grpc.ServerOption, dialOpts ...grpc.DialOption) healthpb.HealthClient {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(in.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(in.StreamServerInterceptor()))
+	srv := grpc.NewServer(srvOpts...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(ln) }() //nolint:errcheck // ends with Stop

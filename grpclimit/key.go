@@ -2,19 +2,17 @@ package grpclimit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
 	"github.com/exactlimit/ratelimit/httplimit"
+	"github.com/exactlimit/ratelimit/internal/clientkey"
 )
 
 // KeyFunc returns the subject a call is limited by, from the call's context
@@ -24,50 +22,40 @@ import (
 type KeyFunc func(ctx context.Context, method string) (string, error)
 
 // ErrNoKey is wrapped by the errors of the key functions of this package
-// when a call carries no key.
-var ErrNoKey = errors.New("no rate-limit key")
+// when a call carries no key: httplimit's ErrNoKey.
+var ErrNoKey = httplimit.ErrNoKey
 
-// MaxKeyBytes is the longest subject the interceptors pass to the Limiter as
-// it is. A longer one (a bearer token keyed by Metadata, say) is hashed: it
-// is replaced by "sha256:" and the unpadded base64url SHA-256 of it, 50
-// bytes, so that a client cannot make the store hold keys as large as its
-// metadata. A subject that itself starts with "sha256:" is hashed too, so a
-// short subject can never name the bucket of a hashed long one. Different
-// subjects keep different keys, barring a SHA-256 collision.
-const MaxKeyBytes = 256
+// ErrKeyTooLong is wrapped by the error of a call whose key is longer than
+// MaxKeyBytes: httplimit's ErrKeyTooLong. Such a call is answered
+// codes.InvalidArgument, even with PassMissingKey, and its key never
+// reaches the store.
+var ErrKeyTooLong = httplimit.ErrKeyTooLong
 
-// hashPrefix marks a hashed subject.
-const hashPrefix = "sha256:"
-
-// capKey returns key, or its hash when it is longer than MaxKeyBytes or
-// starts with hashPrefix.
-func capKey(key string) string {
-	if len(key) <= MaxKeyBytes && !strings.HasPrefix(key, hashPrefix) {
-		return key
-	}
-	sum := sha256.Sum256([]byte(key))
-	return hashPrefix + base64.RawURLEncoding.EncodeToString(sum[:])
-}
+// MaxKeyBytes bounds a call's key to 1,024 bytes, as httplimit bounds a
+// request's and the ratelimit service a subject: a longer key (from
+// RawMetadata, Join or any KeyFunc) is refused with ErrKeyTooLong rather
+// than stored, and so is a Metadata value longer than this before it is
+// hashed.
+const MaxKeyBytes = httplimit.MaxKeyBytes
 
 // PeerIP keys a call by the IP address of the connection's peer, and
 // believes no metadata: behind a proxy every call would share the proxy's
 // key, so list the proxies in a TrustedProxies and key with its PeerIP method
-// instead. IPv4-mapped IPv6 addresses are keyed as IPv4, and a zone is
-// dropped. A peer that is not an IP address (a Unix socket, an in-memory
-// listener) has no key.
-func PeerIP(ctx context.Context, _ string) (string, error) {
-	a, err := peerAddr(ctx)
-	if err != nil {
-		return "", err
-	}
-	return a.String(), nil
+// instead. An IPv4 client is keyed by its address, an IPv6 one by its /64
+// ("2001:db8:1:2::/64"), as httplimit.ClientIP and the ratelimit service
+// key them; TrustedProxies.IPv6Bits sets another prefix. IPv4-mapped IPv6
+// addresses are keyed as IPv4, and a zone is dropped. A peer that is not an
+// IP address (a Unix socket, an in-memory listener) has no key.
+func PeerIP(ctx context.Context, method string) (string, error) {
+	return TrustedProxies{}.PeerIP(ctx, method)
 }
 
 // TrustedProxies describes the proxies in front of a gRPC server (an Envoy, a
 // load balancer), so that the client's address can be read from the
 // metadata they add: httplimit's TrustedProxies, with Header naming a
 // metadata key ("x-forwarded-for", Envoy's, when empty; keys are
-// case-insensitive).
+// case-insensitive), and IPv6Bits the prefix IPv6 clients are keyed by (0
+// for 64, 128 for the whole address).
 type TrustedProxies httplimit.TrustedProxies
 
 // PeerIP keys a call by the client's IP address. When the peer is not one of
@@ -78,42 +66,67 @@ type TrustedProxies httplimit.TrustedProxies
 // p.Prefixes is the client. If every address is trusted, the leftmost is
 // used; if an entry is not an IP address, the trusted proxy that reported it
 // is keyed instead. It reads the header as httplimit.TrustedProxies reads
-// X-Forwarded-For.
+// X-Forwarded-For, or Forwarded when p.Header is "forwarded".
 func (p TrustedProxies) PeerIP(ctx context.Context, _ string) (string, error) {
 	a, err := peerAddr(ctx)
 	if err != nil {
 		return "", err
 	}
-	hp := httplimit.TrustedProxies(p)
-	if hp.Header == "" {
-		hp.Header = "x-forwarded-for"
+	name := p.Header
+	if name == "" {
+		name = "x-forwarded-for"
 	}
 	var values []string
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		values = md.Get(hp.Header)
+		values = md.Get(name)
 	}
-	return hp.KeyOf(hp.ChainFrom(a, values)[0]), nil
+	pp := clientkey.Proxies{Prefixes: p.Prefixes, Forwarded: strings.EqualFold(p.Header, "Forwarded"), IPv6Bits: p.IPv6Bits}
+	return pp.Client(a, values)
 }
 
 // ParsePrefixes parses addresses ("10.0.0.7", "::1") and CIDR prefixes
 // ("10.0.0.0/8", "fd00::/8") for TrustedProxies.Prefixes, as
 // httplimit.ParsePrefixes does. Each string may hold several, separated by
 // commas.
-func ParsePrefixes(list ...string) ([]netip.Prefix, error) { return httplimit.ParsePrefixes(list...) }
+func ParsePrefixes(list ...string) ([]netip.Prefix, error) { return clientkey.ParsePrefixes(list...) }
 
 // Metadata returns a KeyFunc that keys a call by the value of the incoming
-// metadata key name (case-insensitive), for example an API key. When the key
-// has several values, the first non-empty one is used. A call without it, or
-// with only empty values, has no key. Keys ending in "-bin" are binary: their
-// value is used as its bytes.
+// metadata key name (case-insensitive), for example an API key, without
+// storing the value itself: the key is "sha256:" and the unpadded base64url
+// encoding of the first 128 bits of the value's SHA-256, as
+// httplimit.Header's, so that whoever reads the store does not read the
+// clients' credentials. The value is taken as its exact bytes: nothing is
+// trimmed or normalised, so two values that differ in any byte have two
+// buckets. When the key has several values, the first non-empty one is
+// used. A call without it, or with only empty values, has no key; a value
+// longer than MaxKeyBytes is refused with ErrKeyTooLong before it is
+// hashed. Keys ending in "-bin" are binary: their value is used as its
+// bytes. RawMetadata keys by the value itself.
 func Metadata(name string) KeyFunc {
+	raw := RawMetadata(name)
+	return func(ctx context.Context, method string) (string, error) {
+		v, err := raw(ctx, method)
+		if err != nil {
+			return "", err
+		}
+		return clientkey.Credential(v), nil
+	}
+}
+
+// RawMetadata is Metadata keeping the value as the key, readable in the
+// store (a tenant or a region, say, rather than a credential).
+func RawMetadata(name string) KeyFunc {
 	name = strings.ToLower(name)
 	return func(ctx context.Context, _ string) (string, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		for _, v := range md.Get(name) {
-			if v = strings.TrimSpace(v); v != "" {
-				return v, nil
+			if v == "" {
+				continue
 			}
+			if err := clientkey.CheckLen("the "+name+" metadata", v); err != nil {
+				return "", err
+			}
+			return v, nil
 		}
 		return "", fmt.Errorf("%w: missing %s metadata", ErrNoKey, name)
 	}
@@ -130,30 +143,17 @@ func Method(_ context.Context, method string) (string, error) {
 
 // Join returns a KeyFunc that keys a call by all of keys together: the call
 // has a key only when each of them gives one. Each part is framed by its
-// length, so no two different combinations give the same key.
+// length, so no two different combinations give the same key, as
+// httplimit.Join frames them.
 func Join(keys ...KeyFunc) KeyFunc {
 	keys = append([]KeyFunc(nil), keys...)
 	return func(ctx context.Context, method string) (string, error) {
-		var b strings.Builder
-		for i, k := range keys {
-			if k == nil {
+		return clientkey.Join(len(keys), func(i int) (string, error) {
+			if keys[i] == nil {
 				return "", errors.New("grpclimit: nil key function in Join")
 			}
-			v, err := k(ctx, method)
-			if err == nil && v == "" {
-				err = ErrNoKey
-			}
-			if err != nil {
-				return "", err
-			}
-			if i > 0 {
-				b.WriteByte('|')
-			}
-			b.WriteString(strconv.Itoa(len(v)))
-			b.WriteByte(':')
-			b.WriteString(v)
-		}
-		return b.String(), nil
+			return keys[i](ctx, method)
+		})
 	}
 }
 
@@ -172,12 +172,8 @@ func peerAddr(ctx context.Context) (netip.Addr, error) {
 			return a.Unmap().WithZone(""), nil
 		}
 	}
-	s := p.Addr.String()
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap().WithZone(""), nil
+	if a, ok := clientkey.ParseAddr(p.Addr.String()); ok {
+		return a, nil
 	}
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap().WithZone(""), nil
-	}
-	return netip.Addr{}, fmt.Errorf("%w: peer address %q is not an IP address", ErrNoKey, s)
+	return netip.Addr{}, fmt.Errorf("%w: peer address %q is not an IP address", ErrNoKey, p.Addr.String())
 }

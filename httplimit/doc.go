@@ -34,20 +34,25 @@
 //
 // # Keys
 //
-// ClientIP keys by the connection's peer address and believes no header.
-// Behind reverse proxies, list them in a TrustedProxies and key with its
-// ClientIP method: X-Forwarded-For (or RFC 7239 Forwarded) is read only when
-// the peer is one of them, from the right, up to the first address that is
-// not, so a client cannot choose its key by sending the header itself.
-// Header keys by a request header such as an API key; Join and PerRoute combine
-// keys, for example a limit per client and per route.
+// ClientIP keys by the connection's peer address (an IPv6 client by its
+// /64) and believes no header. Behind reverse proxies, list them in a
+// TrustedProxies and key with its ClientIP method: X-Forwarded-For (or RFC
+// 7239 Forwarded) is read only when the peer is one of them, from the
+// right, up to the first address that is not, so a client cannot choose its
+// key by sending the header itself. Header keys by a request header such as
+// an API key, hashed (SHA-256), so that the store never holds a credential;
+// RawHeader keeps the value. Join and PerRoute combine keys, for example a
+// limit per client and per route; Route finds the route pattern whether the
+// middleware wraps a handler registered on an http.ServeMux or the mux
+// itself.
 //
 // A request for which the key function fails (or returns "") gets 400 Bad
 // Request, or is passed to the handler unlimited with PassMissingKey. A key
-// longer than MaxKeyBytes (1,024 bytes, as the service's subjects) is
-// answered 431 Request Header Fields Too Large, with or without
-// PassMissingKey, and never reaches the store. Keys are used byte for byte.
-// WithSkip exempts requests (health checks, OPTIONS) from the limit.
+// longer than MaxKeyBytes (1,024 bytes, as the service's subjects and
+// grpclimit's keys) is answered 431 Request Header Fields Too Large, with
+// or without PassMissingKey, and never reaches the store. Keys are used byte
+// for byte. WithSkip exempts requests (health checks, OPTIONS) from the
+// limit.
 //
 // # Several limits
 //
@@ -59,33 +64,25 @@
 // inner one checks, a request the inner one denies has still spent the outer
 // token, and the inner middleware's headers replace the outer's.
 //
-// # Timeouts
+// # Timeouts and store errors
 //
-// Each check is bounded by WithTimeout (DefaultTimeout, 500 ms, unless set):
-// a store that hangs costs a request that long at most, and the outage
-// behaviour answers it. The middleware does not bound the handler or the
-// connection; set the http.Server's timeouts.
-//
-// # Outages
+// Each check is bounded by WithTimeout (DefaultTimeout, 500 ms, unless set;
+// 0 leaves the request's own deadline as the only bound): a store that
+// hangs costs a request that long at most. The middleware does not bound
+// the handler or the connection; set the http.Server's timeouts.
 //
 // When the Limiter returns an error that is not the request's own (not an
-// invalid cost, not the client going away), the middleware applies one of
-// the behaviours named by fallback.Outage (WithOutage):
+// invalid cost, not the client going away), the request is answered 503
+// Service Unavailable with Retry-After: 1 and a one-line body, or handed to
+// the function of WithErrorHandler. A Decision that was not enforced
+// (ratelimit.Decision.Enforced is false) is passed without headers when
+// allowed, and answered 503 when denied.
 //
-//   - FailClosed (the default): 503 Service Unavailable with Retry-After: 1.
-//   - FailOpen: the request is passed to the handler, without rate-limit
-//     headers.
-//   - LocalFallback: the request is decided by a bucket in this process with
-//     the same policy, per key, as long as the store keeps failing. Each
-//     request still tries the store first; to skip a store that is down
-//     (a breaker with a probe), build the Limiter's store with package
-//     fallback, whose decisions reach the middleware without an error.
-//   - ReturnError: the error is handed to the function set with
-//     WithErrorHandler, which writes the response (503 if none is set).
+// What to do while the store is down (fail open, fail closed, decide in
+// this process) is the store's choice, not the middleware's: wrap it with
+// package fallback, whose answers reach the middleware as decisions.
 //
-// A Decision that was not enforced (ratelimit.Decision.Enforced is false,
-// as package fallback returns under FailOpen and FailClosed) is treated the
-// same way: passed without headers when allowed, 503 when denied.
+//	store, err := fallback.New(redisstore.New(rdb), fallback.WithOutage(fallback.LocalFallback))
 //
 // The middleware never panics on a store error or a missing key. It is safe
 // for simultaneous use by multiple goroutines and starts no goroutine.

@@ -12,7 +12,12 @@ import (
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
+// An API limited to 2 requests a minute per API key and per route, the
+// middleware around the mux. The store holds the key's SHA-256, not the key.
 func Example() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
+
 	now := func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 	lim, err := ratelimit.New[string](memstore.New(), ratelimit.PerMinute(2),
 		ratelimit.WithNamespace("api"), ratelimit.WithClock(now))
@@ -20,14 +25,12 @@ func Example() {
 		panic(err)
 	}
 	mw, err := httplimit.New(lim,
-		httplimit.WithKey(httplimit.Header("X-API-Key")),
+		httplimit.WithKey(httplimit.PerRoute(httplimit.Header("X-API-Key"))),
 		httplimit.WithPolicyName("api"),
 		httplimit.WithClock(now))
 	if err != nil {
 		panic(err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
 	h := mw.Handler(mux)
 
 	for range 3 {

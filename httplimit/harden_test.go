@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,20 +11,22 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
-// countingStore is a memstore that counts the keys it was asked about.
+// countingStore is a memstore that records the keys it was asked about. It
+// has only Store's methods, so that every check goes through Apply.
 type countingStore struct {
-	*memstore.Store
+	st   *memstore.Store
 	keys map[string]bool
 }
 
 func (s *countingStore) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
 	s.keys[key] = true
-	return s.Store.Apply(ctx, key, r)
+	return s.st.Apply(ctx, key, r)
 }
+
+func (s *countingStore) Reset(ctx context.Context, key string) error { return s.st.Reset(ctx, key) }
 
 // serveReal serves h on a real loopback listener and returns its URL.
 func serveReal(t *testing.T, h http.Handler) string {
@@ -53,7 +56,7 @@ func send(t *testing.T, method, url string, hdr ...string) (*http.Response, stri
 
 func TestLongKeysAreRefused(t *testing.T) {
 	c := &clock{now: t0}
-	st := &countingStore{Store: memstore.New(memstore.WithClock(c.Now)), keys: map[string]bool{}}
+	st := &countingStore{st: memstore.New(memstore.WithClock(c.Now)), keys: map[string]bool{}}
 	lim, err := ratelimit.New[string](st, ratelimit.PerSecond(10), ratelimit.WithClock(c.Now))
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +67,7 @@ func TestLongKeysAreRefused(t *testing.T) {
 		opts []Option
 	}{
 		{"a header key", Header("X-API-Key"), nil},
+		{"a raw header key", RawHeader("X-API-Key"), nil},
 		{"a header key with PassMissingKey", Header("X-API-Key"), []Option{PassMissingKey()}},
 		{"a joined key", Join(Header("X-API-Key"), Header("X-Tenant")), nil},
 		{"a key function of the caller's", func(r *http.Request) (string, error) { return r.Header.Get("X-API-Key"), nil }, nil},
@@ -83,22 +87,37 @@ func TestLongKeysAreRefused(t *testing.T) {
 			if res, body := send(t, "GET", url, "X-API-Key", strings.Repeat("k", 100), "X-Tenant", "t"); res.StatusCode != 200 {
 				t.Errorf("a 100-byte key: %d %q", res.StatusCode, body)
 			}
+			if len(st.keys) == 0 {
+				t.Error("the store saw no key at all: the check above looked at nothing")
+			}
 		})
 	}
 }
 
 // hanging is a Limiter whose store never answers: each check waits for its
-// context.
-type hanging struct{ limits []ratelimit.Limit }
+// context, and records that context's deadline (zero: none).
+type hanging struct {
+	limits    []ratelimit.Limit
+	deadlines chan time.Time
+}
 
 func (h hanging) TryAcquireN(ctx context.Context, subject string, cost int64) (ratelimit.Decision, error) {
+	dl, _ := ctx.Deadline()
+	if h.deadlines != nil {
+		h.deadlines <- dl
+	}
 	<-ctx.Done()
 	return ratelimit.Decision{}, ctx.Err()
 }
 func (h hanging) Limits() []ratelimit.Limit { return h.limits }
 
 func TestChecksAreBounded(t *testing.T) {
-	lim := hanging{[]ratelimit.Limit{ratelimit.PerSecond(1)}}
+	lim := hanging{limits: []ratelimit.Limit{ratelimit.PerSecond(1)}}
+	onError := WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+		if errors.Is(err, context.DeadlineExceeded) {
+			w.WriteHeader(http.StatusGatewayTimeout)
+		}
+	})
 	for _, tt := range []struct {
 		name string
 		opts []Option
@@ -106,7 +125,7 @@ func TestChecksAreBounded(t *testing.T) {
 		code int
 	}{
 		{"by default, a hanging store costs at most DefaultTimeout", nil, DefaultTimeout + 2*time.Second, 503},
-		{"WithTimeout sets the bound, and the outage behaviour answers", []Option{WithTimeout(20 * time.Millisecond), WithOutage(fallback.FailOpen)}, 2 * time.Second, 200},
+		{"WithTimeout sets the bound, and the error handler gets the deadline", []Option{WithTimeout(20 * time.Millisecond), onError}, 2 * time.Second, 504},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &clock{now: t0}
@@ -118,9 +137,21 @@ func TestChecksAreBounded(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(lim, WithTimeout(0)); err == nil || !strings.Contains(err.Error(), "timeout must be positive") {
-		t.Errorf("WithTimeout(0): %v", err)
-	}
+	t.Run("WithTimeout(0) leaves the request's deadline as the only bound", func(t *testing.T) {
+		for _, tt := range []struct {
+			timeout  time.Duration
+			deadline bool
+		}{{0, false}, {time.Hour, true}} {
+			lim := hanging{limits: lim.limits, deadlines: make(chan time.Time, 1)}
+			h := newMiddleware(t, lim, &clock{now: t0}, WithTimeout(tt.timeout))
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // the check ends at once; only its deadline is looked at
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+			if dl := <-lim.deadlines; dl.IsZero() == tt.deadline {
+				t.Errorf("WithTimeout(%v): the check's deadline is %v", tt.timeout, dl)
+			}
+		}
+	})
 }
 
 func TestSkip(t *testing.T) {

@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/fallback"
-	"github.com/exactlimit/ratelimit/memstore"
+	"github.com/exactlimit/ratelimit/internal/clientkey"
 )
 
 // Limiter is what the middleware checks requests with.
@@ -36,23 +34,24 @@ type KeyFunc func(r *http.Request) (string, error)
 type CostFunc func(r *http.Request) (int64, error)
 
 // ErrNoKey is wrapped by the errors of the key functions of this package
-// when a request carries no key.
-var ErrNoKey = errors.New("no rate-limit key")
+// when a request carries no key. It is grpclimit's ErrNoKey too.
+var ErrNoKey = clientkey.ErrNoKey
 
 // ErrKeyTooLong is wrapped by the error of a request whose key is longer
 // than MaxKeyBytes. Such a request is answered 431 Request Header Fields Too
 // Large, even with PassMissingKey: it is never passed on unlimited, and its
-// key never reaches the store.
-var ErrKeyTooLong = errors.New("rate-limit key too long")
+// key never reaches the store. It is grpclimit's ErrKeyTooLong too.
+var ErrKeyTooLong = clientkey.ErrKeyTooLong
 
-// MaxKeyBytes bounds a request's key, as the ratelimit service bounds a
-// subject: a longer key (from Header, Join or any KeyFunc) is refused with
-// ErrKeyTooLong rather than stored.
-const MaxKeyBytes = 1024
+// MaxKeyBytes bounds a request's key to 1,024 bytes, as the ratelimit
+// service bounds a subject, and as grpclimit bounds a call's: a longer key (from RawHeader,
+// Join or any KeyFunc) is refused with ErrKeyTooLong rather than stored, and
+// so is a Header value longer than this before it is hashed.
+const MaxKeyBytes = clientkey.MaxBytes
 
 // DefaultTimeout bounds each check when WithTimeout does not set another,
 // as the ratelimit service's --timeout does: a store that hangs costs a
-// request at most this long before the outage behaviour answers it.
+// request at most this long before it is answered 503.
 const DefaultTimeout = 500 * time.Millisecond
 
 // DefaultPolicyName is the name the headers give the policy unless
@@ -66,14 +65,15 @@ type Middleware struct {
 	key       KeyFunc
 	cost      CostFunc
 	name      string
-	outage    fallback.Outage
 	passNoKey bool
 	json      bool
 	clock     func() time.Time
 	onError   func(http.ResponseWriter, *http.Request, error)
-	local     *memstore.Store
 	timeout   time.Duration
 	skip      func(*http.Request) bool
+	mux       *http.ServeMux
+	muxSet    bool // WithServeMux was given
+	opts      clientkey.Options
 }
 
 // Option configures a Middleware.
@@ -86,16 +86,15 @@ func WithKey(key KeyFunc) Option { return func(m *Middleware) { m.key = key } }
 func WithCost(cost CostFunc) Option { return func(m *Middleware) { m.cost = cost } }
 
 // WithPolicyName sets the name of the policy in the RateLimit-Policy and
-// RateLimit headers (default "default"). It must be printable ASCII.
-func WithPolicyName(name string) Option { return func(m *Middleware) { m.name = name } }
-
-// WithOutage sets what happens when the Limiter cannot decide (default
-// fallback.FailClosed); see the package documentation.
-func WithOutage(o fallback.Outage) Option { return func(m *Middleware) { m.outage = o } }
+// RateLimit headers (default "default"). It must be 1 to 64 printable ASCII
+// characters.
+func WithPolicyName(name string) Option {
+	return func(m *Middleware) { m.opts.PolicyName(name); m.name = name }
+}
 
 // WithErrorHandler sets the function that answers a request whose check
-// failed, under fallback.ReturnError. It must write the response. Without
-// one, such a request gets 503 as under FailClosed.
+// failed (the Limiter's store returned an error). It must write the
+// response. Without one, such a request gets 503 Service Unavailable.
 func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, err error)) Option {
 	return func(m *Middleware) { m.onError = h }
 }
@@ -104,7 +103,7 @@ func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, err error))
 // unlimited, instead of being answered 400 Bad Request.
 func PassMissingKey() Option { return func(m *Middleware) { m.passNoKey = true } }
 
-// WithJSON makes the middleware's own responses (429, 400, 503) JSON
+// WithJSON makes the middleware's own responses (429, 400, 431, 503) JSON
 // objects instead of plain text: {"error": "...", "retry_after": seconds}.
 func WithJSON() Option { return func(m *Middleware) { m.json = true } }
 
@@ -112,73 +111,82 @@ func WithJSON() Option { return func(m *Middleware) { m.json = true } }
 // time.Now). The decisions themselves take their time from the Limiter.
 func WithClock(clock func() time.Time) Option { return func(m *Middleware) { m.clock = clock } }
 
-// WithTimeout bounds each check of the Limiter (default DefaultTimeout). A
-// check that takes longer fails with context.DeadlineExceeded and is
-// answered by the outage behaviour (WithOutage), as any store error is. It
-// must be positive.
-func WithTimeout(d time.Duration) Option { return func(m *Middleware) { m.timeout = d } }
+// WithTimeout bounds each check of the Limiter to d (default
+// DefaultTimeout), or to the request's deadline when that comes first. A
+// check that runs out of time fails with context.DeadlineExceeded and is
+// answered as any store error is. d = 0 sets no bound of the middleware's
+// own: the request's deadline only. d must not be negative.
+func WithTimeout(d time.Duration) Option {
+	return func(m *Middleware) { m.timeout = m.opts.Timeout(d) }
+}
 
 // WithSkip sets a function that exempts requests from the limit: a request
 // for which skip returns true is passed to the handler without a check and
 // without rate-limit headers (health checks, CORS preflight OPTIONS).
 func WithSkip(skip func(r *http.Request) bool) Option { return func(m *Middleware) { m.skip = skip } }
 
-// New returns a Middleware that limits requests with lim. The error reports
-// a nil Limiter or key function, an unknown outage behaviour, or a policy
-// name that cannot be sent in a header.
+// WithServeMux names the http.ServeMux the middleware's requests are
+// routed by, for Route and PerRoute when the middleware is placed around
+// it with other handlers in between: a request with no pattern yet gets
+// the one mux would route it by. Handler finds a mux it wraps directly by
+// itself.
+func WithServeMux(mux *http.ServeMux) Option {
+	return func(m *Middleware) { m.mux, m.muxSet = mux, true }
+}
+
+// New returns a Middleware that limits requests with lim. The error wraps
+// ratelimit.ErrInvalidArgument and reports a nil Limiter or a nil function
+// given to an option, a negative timeout, or a policy name that cannot be
+// sent in a header.
 func New(lim Limiter, opts ...Option) (*Middleware, error) {
-	if lim == nil {
-		return nil, errors.New("httplimit: limiter must not be nil")
-	}
 	m := &Middleware{
 		lim:     lim,
 		key:     ClientIP,
+		cost:    func(*http.Request) (int64, error) { return 1, nil },
 		name:    DefaultPolicyName,
-		outage:  fallback.FailClosed,
 		clock:   time.Now,
 		timeout: DefaultTimeout,
+		skip:    func(*http.Request) bool { return false },
+		opts:    clientkey.NewOptions("httplimit"),
 	}
+	m.onError = func(w http.ResponseWriter, _ *http.Request, _ error) { m.unavailable(w) }
 	for _, o := range opts {
 		o(m)
 	}
-	switch {
-	case m.key == nil:
-		return nil, errors.New("httplimit: key function must not be nil")
-	case m.clock == nil:
-		return nil, errors.New("httplimit: clock must not be nil")
-	case m.timeout <= 0:
-		return nil, fmt.Errorf("httplimit: timeout must be positive (got %v)", m.timeout)
-	case m.outage > fallback.LocalFallback:
-		return nil, fmt.Errorf("httplimit: unknown outage behaviour %d", m.outage)
-	case !validName(m.name):
-		return nil, fmt.Errorf("httplimit: policy name %q must be 1 to 64 printable ASCII characters", m.name)
-	}
-	if m.outage == fallback.LocalFallback {
-		m.local = memstore.New()
+	m.opts.Require("limiter, key function, cost function, error handler, clock, skip function, mux",
+		lim != nil, m.key != nil, m.cost != nil, m.onError != nil, m.clock != nil, m.skip != nil, m.mux != nil || !m.muxSet)
+	if err := m.opts.Err(); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
 
 // Handler returns next wrapped by the middleware. Its type fits routers that
-// take func(http.Handler) http.Handler.
+// take func(http.Handler) http.Handler. When next is an *http.ServeMux,
+// Route and PerRoute find the pattern it routes each request by, as
+// WithServeMux does.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
+	mux := m.mux
+	if nm, ok := next.(*http.ServeMux); ok && mux == nil {
+		mux = nm
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if mux != nil && r.Pattern == "" {
+			if _, pattern := mux.Handler(r); pattern != "" {
+				r = r.WithContext(r.Context()) // a copy: the caller's request is not changed
+				r.Pattern = pattern
+			}
+		}
 		m.serve(w, r, next)
 	})
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if m.skip != nil && m.skip(r) {
+	if m.skip(r) {
 		next.ServeHTTP(w, r)
 		return
 	}
-	key, err := m.key(r)
-	switch {
-	case err == nil && key == "":
-		err = ErrNoKey
-	case err == nil && len(key) > MaxKeyBytes:
-		err = fmt.Errorf("%w: the key is longer than %d bytes", ErrKeyTooLong, MaxKeyBytes)
-	}
+	key, err := clientkey.Key(m.key(r))
 	if errors.Is(err, ErrKeyTooLong) {
 		m.reply(w, http.StatusRequestHeaderFieldsTooLarge, "rate limit: "+err.Error(), 0)
 		return
@@ -191,47 +199,24 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.reply(w, http.StatusBadRequest, "rate limit: "+err.Error(), 0)
 		return
 	}
-	cost := int64(1)
-	if m.cost != nil {
-		if cost, err = m.cost(r); err != nil {
-			m.reply(w, http.StatusBadRequest, "rate limit: request cost: "+err.Error(), 0)
-			return
-		}
-	}
-	d, err := m.check(r.Context(), key, cost)
+	cost, err := m.cost(r)
 	if err != nil {
-		switch {
-		case errors.Is(err, ratelimit.ErrInvalidArgument):
-			msg := strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": ")
+		m.reply(w, http.StatusBadRequest, "rate limit: request cost: "+err.Error(), 0)
+		return
+	}
+	ctx, cancel := clientkey.WithTimeout(r.Context(), m.timeout)
+	d, err := m.lim.TryAcquireN(ctx, key, cost)
+	cancel()
+	if err != nil {
+		switch f, msg := clientkey.Classify(r.Context(), err); {
+		case f == clientkey.Invalid:
 			m.reply(w, http.StatusBadRequest, "rate limit: "+msg, 0)
-			return
-		case r.Context().Err() != nil:
-			// The client is gone or its deadline passed: not an outage,
-			// and nobody to answer.
-			return
-		}
-		switch m.outage {
-		case fallback.FailOpen:
-			next.ServeHTTP(w, r)
-			return
-		case fallback.ReturnError:
-			if m.onError != nil {
-				m.onError(w, r, err)
-				return
-			}
-			m.unavailable(w)
-			return
-		case fallback.LocalFallback:
-			d, err = m.local.Apply(r.Context(), key, ratelimit.Request{Limits: m.lim.Limits(), Cost: cost})
-			if err != nil {
-				m.unavailable(w)
-				return
-			}
-			d.Source = ratelimit.SourceLocal
+		case f == clientkey.Gone:
+			// The client is gone or its deadline passed: nobody to answer.
 		default:
-			m.unavailable(w)
-			return
+			m.onError(w, r, err)
 		}
+		return
 	}
 	if !d.Enforced() {
 		if d.Allowed {
@@ -249,13 +234,6 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	next.ServeHTTP(w, r)
-}
-
-// check asks the Limiter, bounded by the middleware's timeout.
-func (m *Middleware) check(ctx context.Context, key string, cost int64) (ratelimit.Decision, error) {
-	ctx, cancel := context.WithTimeout(ctx, m.timeout)
-	defer cancel()
-	return m.lim.TryAcquireN(ctx, key, cost)
 }
 
 func (m *Middleware) unavailable(w http.ResponseWriter) {
@@ -282,19 +260,4 @@ func (m *Middleware) reply(w http.ResponseWriter, code int, msg string, retry in
 	h.Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(body) //nolint:errcheck // the client may be gone
-}
-
-// validName reports whether s can be a policy name: 1 to 64 printable ASCII
-// characters, so that it fits a structured-field string without escaping
-// surprises.
-func validName(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -314,8 +315,18 @@ func (f *failing) TryAcquireN(ctx context.Context, subject string, cost int64) (
 }
 func (f *failing) Limits() []ratelimit.Limit { return f.limits }
 
-func TestOutage(t *testing.T) {
-	down := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+// down is a store that cannot be reached: its error is a refused
+// connection, which package fallback takes for an outage.
+type down struct{}
+
+var errRefused = fmt.Errorf("dial tcp 127.0.0.1:1: connect: %w", syscall.ECONNREFUSED)
+
+func (down) Apply(context.Context, string, ratelimit.Request) (ratelimit.Decision, error) {
+	return ratelimit.Decision{}, errRefused
+}
+func (down) Reset(context.Context, string) error { return errRefused }
+
+func TestStoreErrors(t *testing.T) {
 	policy := []ratelimit.Limit{ratelimit.PerMinute(2)}
 	tests := []struct {
 		name    string
@@ -324,19 +335,13 @@ func TestOutage(t *testing.T) {
 		codes   []int
 		headers map[string]string
 	}{
-		{"the default fails closed with 503 and Retry-After", &failing{err: down, limits: policy}, nil,
-			[]int{503}, map[string]string{"Retry-After": "1", "RateLimit": ""}},
-		{"fail open passes without rate-limit headers", &failing{err: down, limits: policy},
-			[]Option{WithOutage(fallback.FailOpen)}, []int{200, 200, 200}, map[string]string{"RateLimit": "", "Retry-After": ""}},
-		{"local fallback limits from a local bucket with the same policy", &failing{err: down, limits: policy},
-			[]Option{WithOutage(fallback.LocalFallback)}, []int{200, 200, 429}, map[string]string{"RateLimit-Policy": `"default";q=2;w=60`}},
-		{"return error without a handler answers 503", &failing{err: down, limits: policy},
-			[]Option{WithOutage(fallback.ReturnError)}, []int{503}, nil},
-		{"return error hands the error to the handler", &failing{err: down, limits: policy},
-			[]Option{WithOutage(fallback.ReturnError), WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+		{"a store error is 503 with Retry-After and no rate-limit headers", &failing{err: errRefused, limits: policy}, nil,
+			[]int{503, 503}, map[string]string{"Retry-After": "1", "RateLimit": "", "RateLimit-Policy": "", "X-RateLimit-Remaining": ""}},
+		{"the error handler writes the response", &failing{err: errRefused, limits: policy},
+			[]Option{WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
 				w.Header().Set("X-Error", err.Error())
 				w.WriteHeader(502)
-			})}, []int{502}, map[string]string{"X-Error": down.Error()}},
+			})}, []int{502}, map[string]string{"X-Error": errRefused.Error(), "RateLimit": ""}},
 		{"an unenforced allowed decision passes without headers",
 			&failing{d: ratelimit.Decision{Allowed: true, Source: ratelimit.SourceFailOpen}, limits: policy},
 			nil, []int{200}, map[string]string{"RateLimit": ""}},
@@ -371,35 +376,76 @@ func TestOutage(t *testing.T) {
 	}
 }
 
+// The outage behaviours are the fallback store's: the middleware serves
+// what it decides.
+func TestOutageBehavioursOfTheFallbackStore(t *testing.T) {
+	tests := []struct {
+		outage  fallback.Outage
+		codes   []int
+		limited bool // the responses carry rate-limit headers
+	}{
+		{fallback.ReturnError, []int{503, 503, 503}, false},
+		{fallback.FailClosed, []int{503, 503, 503}, false},
+		{fallback.FailOpen, []int{200, 200, 200}, false},
+		{fallback.LocalFallback, []int{200, 200, 429}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.outage.String(), func(t *testing.T) {
+			c := &clock{now: t0}
+			fb, err := fallback.New(down{}, fallback.WithOutage(tt.outage), fallback.WithClock(c.Now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim, err := ratelimit.New[string](fb, ratelimit.PerMinute(2), ratelimit.WithClock(c.Now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := newMiddleware(t, lim, c)
+			for i, code := range tt.codes {
+				w := get(h, "192.0.2.1:1")
+				if w.Code != code || (w.Header().Get("RateLimit") != "") != tt.limited {
+					t.Fatalf("request %d: %d RateLimit %q; want %d, headers %v", i, w.Code, w.Header().Get("RateLimit"), code, tt.limited)
+				}
+			}
+		})
+	}
+}
+
 func TestCancelledClientIsNotAnOutage(t *testing.T) {
 	c := &clock{now: t0}
-	h := newMiddleware(t, &failing{err: context.Canceled}, c, WithOutage(fallback.FailOpen))
+	handled := false
+	h := newMiddleware(t, &failing{err: context.Canceled}, c,
+		WithErrorHandler(func(http.ResponseWriter, *http.Request, error) { handled = true }))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
-	if w.Header().Get("X-Handler") != "" {
-		t.Fatal("a request whose client went away was passed on as if the store were down")
+	if w.Header().Get("X-Handler") != "" || handled || w.Body.Len() != 0 {
+		t.Fatalf("a request whose client went away was answered (handler %q, error handler %v, body %q)",
+			w.Header().Get("X-Handler"), handled, w.Body.String())
 	}
 }
 
 func TestNew(t *testing.T) {
-	lim := &failing{}
-	for _, tt := range []struct {
-		name string
-		lim  Limiter
-		opts []Option
-		want string
-	}{
-		{"nil limiter", nil, nil, "limiter must not be nil"},
-		{"nil key", lim, []Option{WithKey(nil)}, "key function must not be nil"},
-		{"unknown outage", lim, []Option{WithOutage(9)}, "unknown outage behaviour 9"},
-		{"bad name", lim, []Option{WithPolicyName("a\nb")}, "policy name"},
-		{"empty name", lim, []Option{WithPolicyName("")}, "policy name"},
+	if _, err := New(nil); !errors.Is(err, ratelimit.ErrInvalidArgument) || !strings.Contains(err.Error(), "httplimit: limiter must not be nil") {
+		t.Errorf("New(nil): %v", err)
+	}
+	// Each option's error, by the message it gives.
+	for want, opt := range map[string]Option{
+		"key function must not be nil":  WithKey(nil),
+		"cost function must not be nil": WithCost(nil),
+		"clock must not be nil":         WithClock(nil),
+		"error handler must not be nil": WithErrorHandler(nil),
+		"skip function must not be nil": WithSkip(nil),
+		"mux must not be nil":           WithServeMux(nil),
+		"timeout must not be negative":  WithTimeout(-time.Second),
+		`policy name "a\nb" must be`:    WithPolicyName("a\nb"),
+		`policy name "" must be`:        WithPolicyName(""),
 	} {
-		if _, err := New(tt.lim, tt.opts...); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: error %v, want one containing %q", tt.name, err, tt.want)
+		_, err := New(&failing{}, opt)
+		if !errors.Is(err, ratelimit.ErrInvalidArgument) || !strings.Contains(err.Error(), "httplimit: "+want) {
+			t.Errorf("New: %v, want ErrInvalidArgument saying %q", err, want)
 		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 )
 
@@ -23,8 +22,8 @@ type ProxyOptions struct {
 	// config.DefaultNamespace). It is pinned: a reload cannot remove it.
 	Namespace string
 	// Middleware are further options of the httplimit middleware: the key,
-	// the body format. The policy name, the outage behaviour and the check
-	// timeout are set from the service.
+	// the body format. The policy name and the check timeout are set from
+	// the service; the outage behaviour is the service's store's.
 	Middleware []httplimit.Option
 	// Trusted are the proxies in front of this one whose forwarding header
 	// is believed (none by default). The upstream receives only the chain
@@ -55,11 +54,9 @@ func (s *Service) Proxy(o ProxyOptions) (http.Handler, error) {
 	if err := s.Pin(ns); err != nil {
 		return nil, err
 	}
-	outage := s.outage
-	if outage == fallback.ReturnError {
-		outage = fallback.FailClosed
-	}
-	opts := append([]httplimit.Option{httplimit.WithPolicyName(ns), httplimit.WithOutage(outage), httplimit.WithTimeout(s.timeout)}, o.Middleware...)
+	// The outage behaviour is the store's (package fallback): a store error
+	// that still reaches the middleware is 503.
+	opts := append([]httplimit.Option{httplimit.WithPolicyName(ns), httplimit.WithTimeout(s.timeout)}, o.Middleware...)
 	if s.clock != nil {
 		opts = append(opts, httplimit.WithClock(s.clock))
 	}
