@@ -35,6 +35,7 @@ this process and listens on 127.0.0.1:8080, with one namespace, "default":
   GET  /readyz      readiness: 503 while the store is unreachable and the
                     outage behaviour refuses checks, and while shutting down
   GET  /metrics     Prometheus text format, series ratelimit_*, go_*, process_*
+                    (with --token-file, behind the token)
   GET  /v1/stats    the operator page's figures as JSON (with --token-file, behind the token)
   GET  /            the operator page: a live view of /v1/stats for a browser
 
@@ -71,7 +72,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	fs.StringVar(&f.outage, "outage", "fail-closed", "what a check does while Redis is unreachable: fail-closed (503), fail-open, local-fallback or return-error")
 	fs.IntVar(&f.fleet, "fleet-size", 1, "with --outage local-fallback, the number `N` of replicas sharing the policy: each admits 1/N of it during an outage")
 	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "bound on each check against the store")
-	fs.StringVar(&f.tokenFile, "token-file", "", "require the bearer token in `FILE` on /v1/ (or set RATELIMIT_TOKEN)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "require the bearer token in `FILE` on /v1/ and /metrics (or set RATELIMIT_TOKEN)")
 	fs.StringVar(&f.upstream, "upstream", "", "reverse-proxy mode: limit requests and pass the allowed ones to `URL`")
 	fs.StringVar(&f.admin, "admin-listen", "127.0.0.1:9090", "with --upstream, serve the API, /healthz and /metrics on `ADDR`")
 	fs.StringVar(&f.namespace, "namespace", config.DefaultNamespace, "with --upstream, the namespace whose limit applies to proxied requests")

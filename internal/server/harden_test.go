@@ -206,6 +206,44 @@ func TestReadyz(t *testing.T) {
 	}
 }
 
+// TestMetricsBehindTheToken checks that with a token /metrics answers 401
+// without it (its series name namespaces and descriptors) and the series
+// with it, and that without a token it is open.
+func TestMetricsBehindTheToken(t *testing.T) {
+	s, _, _ := newService(t, Options{Token: "m3trics"})
+	h := s.Handler()
+	for _, tc := range []struct {
+		name, auth string
+		code       int
+	}{
+		{"no token", "", 401},
+		{"wrong token", "Bearer wrong", 401},
+		{"not a bearer", "Basic bTN0cmljcw==", 401},
+		{"the token", "Bearer m3trics", 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hdr []string
+			if tc.auth != "" {
+				hdr = []string{"Authorization", tc.auth}
+			}
+			res := call(t, h, "GET", "/metrics", "", hdr...)
+			if res.code != tc.code {
+				t.Fatalf("/metrics: %d %s", res.code, res.body)
+			}
+			if tc.code == 401 && (res.header.Get("WWW-Authenticate") == "" || strings.Contains(res.body, "ratelimit_")) {
+				t.Errorf("refused, yet %v %s", res.header, res.body)
+			}
+			if tc.code == 200 && !strings.Contains(res.body, "ratelimit_build_info") {
+				t.Errorf("with the token: no series:\n%s", res.body)
+			}
+		})
+	}
+	open, _, _ := newService(t, Options{})
+	if res := call(t, open.Handler(), "GET", "/metrics", ""); res.code != 200 {
+		t.Errorf("without a token set: /metrics %d", res.code)
+	}
+}
+
 func TestConfigEndpointAndToken(t *testing.T) {
 	s, _, logs := newService(t, Options{Token: "one", Version: "v1.2.3",
 		Policies: config.Policies{"default": ratelimit.PerSecond(10), "login": ratelimit.PerMinute(5)}})
@@ -237,7 +275,7 @@ func TestConfigEndpointAndToken(t *testing.T) {
 	if strings.Contains(logs.String(), "wrong-token") || strings.Contains(logs.String(), "Bearer one") {
 		t.Errorf("the log shows a token:\n%s", logs.String())
 	}
-	body := call(t, h, "GET", "/metrics", "").body
+	body := call(t, h, "GET", "/metrics", "", "Authorization", "Bearer two").body
 	for _, want := range []string{`ratelimit_build_info{goversion="go`, `version="v1.2.3"} 1`, "go_goroutines ", "process_start_time_seconds "} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -59,7 +59,7 @@ type Options struct {
 	Masters func(ctx context.Context) ([]string, error)
 	// Policies are the namespaces to start with (default config.Default()).
 	Policies config.Policies
-	// Token, when set, is the bearer token /v1/ requires.
+	// Token, when set, is the bearer token /v1/ and /metrics require.
 	Token string
 	// Timeout bounds each check (default DefaultTimeout).
 	Timeout time.Duration
@@ -311,8 +311,8 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 // Handler returns the service's HTTP API: POST /v1/acquire, /v1/peek and
 // /v1/reset (with Content-Type application/json, else 415), GET /v1/config,
 // GET /v1/stats, /healthz (liveness), /readyz (readiness) and /metrics, and
-// the operator page, GET / with its /page.css and /page.js. /v1/ needs the
-// token when there is one; the page holds no figure and is served to anyone,
+// the operator page, GET / with its /page.css and /page.js. /v1/ and
+// /metrics need the token when there is one; the page holds no figure and is served to anyone,
 // and its script asks for the token when /v1/stats wants it. Every other
 // path is 404. A body must be valid UTF-8 with each field spelled exactly
 // once, in lower case; a subject is at most MaxSubjectBytes and is never
@@ -587,6 +587,12 @@ func (s *Service) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		s.fail(w, "/metrics", http.StatusMethodNotAllowed, "/metrics wants GET")
+		return
+	}
+	if !s.authorized(r) {
+		// The series name namespaces, Envoy descriptors and override
+		// keys: behind the token as /v1/stats is.
+		s.unauthorized(w, r, "/metrics")
 		return
 	}
 	s.metrics.requests.WithLabelValues("/metrics", "200").Inc()
