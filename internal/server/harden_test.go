@@ -17,6 +17,7 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
+	"github.com/exactlimit/ratelimit/memstore"
 )
 
 // post sends body to the real server at base+path with the given
@@ -347,5 +348,29 @@ func TestProxyForwardsOnlyTheTrustedChain(t *testing.T) {
 				t.Errorf("upstream errors counted %q", got)
 			}
 		})
+	}
+}
+
+// TestEnvoyNamespaceReserved checks that a namespace named like an Envoy
+// rule's cannot be put in force, at start or by a reload, and that the API
+// refuses to reset or acquire in one: it would act on the rule's buckets.
+func TestEnvoyNamespaceReserved(t *testing.T) {
+	const envoyNS = "envoy:4:edge:14:remote_address:0:"
+	bad := config.Policies{"default": ratelimit.PerSecond(10), envoyNS: ratelimit.PerSecond(1)}
+	if _, err := New(Options{Store: memstore.New(), Policies: bad}); !errors.Is(err, ratelimit.ErrInvalidArgument) || !strings.Contains(err.Error(), "reserved") {
+		t.Errorf("New with namespace %q: %v, want a reserved-name invalid argument", envoyNS, err)
+	}
+	s, _, _ := newService(t, Options{})
+	if err := s.SetPolicies(bad); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+		t.Errorf("SetPolicies with namespace %q: %v", envoyNS, err)
+	}
+	if _, ok := s.Policies()[envoyNS]; ok {
+		t.Errorf("namespace %q is in force", envoyNS)
+	}
+	for _, path := range []string{"/v1/reset", "/v1/acquire", "/v1/peek"} {
+		res := call(t, s.Handler(), "POST", path, `{"namespace":"`+envoyNS+`","subject":"10.0.0.1"}`)
+		if msg, _ := res.json["error"].(string); res.code != 400 || !strings.Contains(msg, "reserved") {
+			t.Errorf("%s in namespace %q: %d %s", path, envoyNS, res.code, res.body)
+		}
 	}
 }

@@ -183,8 +183,9 @@ func New(o Options) (*Service, error) {
 }
 
 // SetPolicies replaces the namespaces and their limits. The set must hold
-// config.DefaultNamespace and every namespace pinned by Pin; otherwise the
-// old set stays and the error says why.
+// config.DefaultNamespace and every namespace pinned by Pin, and no name
+// beginning with config.ReservedPrefix (an Envoy rule's); otherwise the old
+// set stays and the error says why.
 func (s *Service) SetPolicies(p config.Policies) error {
 	if _, ok := p[config.DefaultNamespace]; !ok {
 		return fmt.Errorf("namespace %q is missing", config.DefaultNamespace)
@@ -199,6 +200,9 @@ func (s *Service) SetPolicies(p config.Policies) error {
 	set := &policySet{limits: make(config.Policies, len(p)), limiters: make(map[string]*ratelimit.Limiter[string], len(p))}
 	observer := ratelimit.Observers(s.metrics.observer, s.stats)
 	for ns, l := range p {
+		if err := reservedName(ns); err != nil {
+			return fmt.Errorf("namespace %q: %w", ns, err)
+		}
 		opts := []ratelimit.Option{ratelimit.WithNamespace(ns), ratelimit.WithObserver(observer)}
 		if s.clock != nil {
 			opts = append(opts, ratelimit.WithClock(s.clock))
@@ -267,6 +271,17 @@ func (s *Service) Pin(namespaces ...string) error {
 	}
 	all = append(all, namespaces...)
 	s.pinned.Store(&all)
+	return nil
+}
+
+// reservedName returns a *config.ReservedError when ns is named like an
+// Envoy rule's namespace, else nil: such a namespace would share the rule's
+// buckets, and a reset of it would reset them.
+func reservedName(ns string) error {
+	var reserved *config.ReservedError
+	if err := config.CheckName(ns); errors.As(err, &reserved) {
+		return err
+	}
 	return nil
 }
 
@@ -426,6 +441,10 @@ func (s *Service) api(o op) http.Handler {
 		ns := req.Namespace
 		if ns == "" {
 			ns = config.DefaultNamespace
+		}
+		if err := reservedName(ns); err != nil {
+			s.fail(w, path, http.StatusBadRequest, err.Error())
+			return
 		}
 		set := s.policies.Load()
 		limit, ok := set.limits[ns]
