@@ -25,11 +25,13 @@ import (
 type envoyFlags struct {
 	listen, config string
 	headers        bool
+	grpc           grpcServerConfig // the listener's TLS and bounds: grpcserver.go
 }
 
 func (f *envoyFlags) register(fs *flagSet) {
 	fs.StringVar(&f.listen, "grpc-listen", "", "serve Envoy's rate limit service (envoy.service.ratelimit.v3) over gRPC on `ADDR`")
 	fs.StringVar(&f.config, "envoy-config", "", "with --grpc-listen, envoyproxy/ratelimit's config: a YAML `PATH`, or a directory of them (one domain each); reloaded on SIGHUP")
+	f.grpc.tls.register(fs)
 	fs.BoolVar(&f.headers, "envoy-response-headers", false, "with --grpc-listen, ask Envoy to add RateLimit-Limit, -Remaining, -Reset, RateLimit-Policy and RateLimit to responses (or set LIMIT_RESPONSE_HEADERS_ENABLED=true; LIMIT_*_HEADER rename them)")
 }
 
@@ -70,7 +72,12 @@ func startEnvoy(f envoyFlags, env Env, st *stores, timeout, grace time.Duration,
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-listen: %w", err)
 	}
-	srv := grpc.NewServer(envoyrls.ServerOptions()...)
+	f.grpc.callTimeout = timeout
+	srv, err := newGRPCServer(ln.Addr(), f.grpc, log)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
 	svc.Register(srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)

@@ -176,6 +176,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		mainHandler, adminHandler = proxy, svc.Handler()
 	}
 
+	envoy.grpc.readTimeout = f.readTimeout
 	stopEnvoy, err := startEnvoy(envoy, env, st, f.timeout, f.shutdown, f.maxConns, log, metrics)
 	if err != nil {
 		return err
