@@ -419,3 +419,54 @@ func TestServeReadyz(t *testing.T) {
 	closed.stop(t)
 	open.stop(t)
 }
+
+// TestHostCheckRefusesRebinding runs serve without a token and checks that
+// POST /v1/reset with Host: rebind.attacker.example (a page whose name was
+// pointed at 127.0.0.1) is refused with 421 and a JSON error, while the
+// listen address, localhost at its port and an --allowed-host name are
+// answered; and that with a token the token decides instead.
+func TestHostCheckRefusesRebinding(t *testing.T) {
+	t.Parallel()
+	p := serve(t, nil, "--allowed-host", "ratelimit.internal,rl.example:8443")
+	_, port, _ := net.SplitHostPort(p.addr)
+	reset := func(host string) result {
+		t.Helper()
+		req, err := http.NewRequest("POST", "http://"+p.addr+"/v1/reset", strings.NewReader(`{"subject":"alice"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		req.Header.Set("Content-Type", "application/json")
+		return do(t, req)
+	}
+	for _, tc := range []struct {
+		host string
+		code int
+	}{
+		{"rebind.attacker.example", 421},
+		{"rebind.attacker.example:" + port, 421},
+		{p.addr, 200},
+		{"localhost:" + port, 200},
+		{"ratelimit.internal", 200},
+		{"rl.example:8443", 200},
+		{"rl.example", 421},
+	} {
+		r := reset(tc.host)
+		if r.code != tc.code || tc.code == 421 && !strings.Contains(fmt.Sprint(r.body["error"]), "--allowed-host") {
+			t.Errorf("Host %q: %d %s, want %d", tc.host, r.code, r.raw, tc.code)
+		}
+	}
+	p.stop(t)
+
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	os.WriteFile(tokenFile, []byte("h0st-t0ken\n"), 0o600)
+	p = serve(t, nil, "--token-file", tokenFile)
+	req, _ := http.NewRequest("POST", "http://"+p.addr+"/v1/reset", strings.NewReader(`{"subject":"alice"}`))
+	req.Host = "rebind.attacker.example"
+	req.Header.Set("Content-Type", "application/json")
+	if r := do(t, req); r.code != 401 {
+		t.Errorf("with a token set, another Host and no token: %d %s, want 401", r.code, r.raw)
+	}
+	p.stop(t)
+}

@@ -53,7 +53,7 @@ allowed; the API, /healthz and /metrics move to --admin-listen.`
 
 type serveFlags struct {
 	listen, admin, config, outage, tokenFile, upstream, namespace, key, forwarded, body string
-	trusted                                                                             stringList
+	trusted, allowedHosts                                                               stringList
 	timeout, shutdown                                                                   time.Duration
 	fleet                                                                               int
 	topDenied                                                                           bool
@@ -77,6 +77,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	fs.StringVar(&f.admin, "admin-listen", "127.0.0.1:9090", "with --upstream, serve the API, /healthz and /metrics on `ADDR`")
 	fs.StringVar(&f.namespace, "namespace", config.DefaultNamespace, "with --upstream, the namespace whose limit applies to proxied requests")
 	fs.StringVar(&f.key, "key", "ip", "with --upstream, what keys a request: ip, or header:NAME (such as header:X-API-Key)")
+	fs.Var(&f.allowedHosts, "allowed-host", "without a token, a `NAME` (or NAME:PORT) the API answers to besides its listen address; repeat it or separate with commas (other Host headers get 421, against DNS rebinding)")
 	fs.Var(&f.trusted, "trusted-proxies", "with --key ip, the `CIDRs` of proxies whose forwarding header is believed (none by default)")
 	fs.StringVar(&f.forwarded, "forwarded-header", "X-Forwarded-For", "with --trusted-proxies, the header they write: X-Forwarded-For or Forwarded")
 	fs.StringVar(&f.body, "body", "text", "with --upstream, the body of 429 and other limiter responses: text or json")
@@ -205,6 +206,12 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		servers = append(servers, newHTTPServer(adminHandler, log, false, f.readTimeout))
 		listeners = append(listeners, limitConns(aln, f.maxConns))
 		apiAddr = aln.Addr()
+	}
+	if err := svc.AllowHosts(apiAddr, f.allowedHosts); err != nil {
+		for _, l := range listeners {
+			l.Close()
+		}
+		return usagef("--allowed-host: %v", err)
 	}
 	trustedPrefixes, _ := httplimit.ParsePrefixes(f.trusted...) // checked by proxyHandler
 	warnExposure(log, apiAddr, token, trustedPrefixes)

@@ -21,7 +21,8 @@ import (
 )
 
 // post sends body to the real server at base+path with the given
-// Content-Type, and returns the status and body.
+// Content-Type and headers (a "Host" sets the request's Host), and returns
+// the status and body.
 func post(t *testing.T, base, path, contentType, body string, hdr ...string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest("POST", base+path, strings.NewReader(body))
@@ -32,6 +33,10 @@ func post(t *testing.T, base, path, contentType, body string, hdr ...string) (in
 		req.Header.Set("Content-Type", contentType)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	res, err := http.DefaultClient.Do(req)

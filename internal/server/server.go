@@ -101,6 +101,7 @@ type Service struct {
 	kind       string
 	masters    func(ctx context.Context) ([]string, error)
 	token      atomic.Pointer[[]byte]
+	hosts      atomic.Pointer[hostCheck] // AllowHosts; nil: no check
 	draining   atomic.Bool
 	authLog    rateLimitedLog
 	version    string
@@ -331,7 +332,8 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 // and its script asks for the token when /v1/stats wants it. Every other
 // path is 404. A body must be valid UTF-8 with each field spelled exactly
 // once, in lower case; a subject is at most MaxSubjectBytes and is never
-// logged (SubjectHash stands for it).
+// logged (SubjectHash stands for it). After AllowHosts, while there is no
+// token, a request for another Host is refused with 421.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/acquire", s.api(opAcquire))
@@ -343,7 +345,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("/v1/config", s.serveConfig)
 	mux.HandleFunc("/metrics", s.serveMetrics)
 	mux.HandleFunc("/", s.servePage)
-	return mux
+	return s.checkHost(mux)
 }
 
 // APIRequest is the body of every /v1/ request.
