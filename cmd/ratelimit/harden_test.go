@@ -470,3 +470,43 @@ func TestHostCheckRefusesRebinding(t *testing.T) {
 	}
 	p.stop(t)
 }
+
+// TestMetricsNeedTheToken runs serve with --token-file and
+// --metrics-token-file: /metrics answers 401 without a token, the series
+// with either, and the metrics token opens nothing else; SIGHUP re-reads
+// the metrics token.
+func TestMetricsNeedTheToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tokenFile, scrapeFile := filepath.Join(dir, "token"), filepath.Join(dir, "scrape")
+	os.WriteFile(tokenFile, []byte("api-t0ken\n"), 0o600)
+	os.WriteFile(scrapeFile, []byte("scrape-t0ken\n"), 0o600)
+	p := serve(t, nil, "--token-file", tokenFile, "--metrics-token-file", scrapeFile)
+	status := func(token string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+p.addr+"/metrics", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		r := do(t, req)
+		if r.code == 200 && !strings.Contains(r.raw, "ratelimit_build_info") || r.code != 200 && strings.Contains(r.raw, "ratelimit_") {
+			t.Errorf("token %q: %d %.200s", token, r.code, r.raw)
+		}
+		return r.code
+	}
+	for token, want := range map[string]int{"": 401, "wrong": 401, "api-t0ken": 200, "scrape-t0ken": 200} {
+		if got := status(token); got != want {
+			t.Errorf("/metrics with token %q: %d, want %d", token, got, want)
+		}
+	}
+	if r := post(t, p.addr, "/v1/acquire", `{"subject":"a"}`, "Authorization", "Bearer scrape-t0ken"); r.code != 401 {
+		t.Errorf("the metrics token opens /v1/acquire: %d", r.code)
+	}
+	os.WriteFile(scrapeFile, []byte("scrape-t0ken-2\n"), 0o600)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, "file="+scrapeFile)
+	if got, old := status("scrape-t0ken-2"), status("scrape-t0ken"); got != 200 || old != 401 {
+		t.Errorf("after SIGHUP: the new metrics token %d, the old %d", got, old)
+	}
+	p.stop(t)
+}

@@ -53,6 +53,7 @@ allowed; the API, /healthz and /metrics move to --admin-listen.`
 
 type serveFlags struct {
 	listen, admin, config, outage, tokenFile, upstream, namespace, key, forwarded, body string
+	metricsTokenFile                                                                    string
 	trusted, allowedHosts                                                               stringList
 	timeout, shutdown                                                                   time.Duration
 	fleet                                                                               int
@@ -73,6 +74,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	fs.IntVar(&f.fleet, "fleet-size", 1, "with --outage local-fallback, the number `N` of replicas sharing the policy: each admits 1/N of it during an outage")
 	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "bound on each check against the store")
 	fs.StringVar(&f.tokenFile, "token-file", "", "require the bearer token in `FILE` on /v1/ and /metrics (or set RATELIMIT_TOKEN)")
+	fs.StringVar(&f.metricsTokenFile, "metrics-token-file", "", "also accept the bearer token in `FILE` on /metrics, for a scraper that should not hold the API's token")
 	fs.StringVar(&f.upstream, "upstream", "", "reverse-proxy mode: limit requests and pass the allowed ones to `URL`")
 	fs.StringVar(&f.admin, "admin-listen", "127.0.0.1:9090", "with --upstream, serve the API, /healthz and /metrics on `ADDR`")
 	fs.StringVar(&f.namespace, "namespace", config.DefaultNamespace, "with --upstream, the namespace whose limit applies to proxied requests")
@@ -132,6 +134,12 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	var metricsToken string
+	if f.metricsTokenFile != "" {
+		if metricsToken, err = readTokenFile("--metrics-token-file", f.metricsTokenFile); err != nil {
+			return err
+		}
+	}
 
 	log, err := newLogger(env.Stderr, f.logFormat, f.logLevel)
 	if err != nil {
@@ -159,7 +167,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		ping = func(ctx context.Context) error { return st.redis.Ping(ctx).Err() }
 	}
 	svc, err := server.New(server.Options{
-		Store: st.store, StoreName: st.name, Policies: policies, Token: token, Timeout: f.timeout,
+		Store: st.store, StoreName: st.name, Policies: policies, Token: token, MetricsToken: metricsToken, Timeout: f.timeout,
 		Outage: outage, Degraded: degraded, Ping: ping, Metrics: metrics, Logger: log, Version: Version(),
 		Stats: stats, StoreKind: st.kind(), Masters: st.masters(),
 	})
@@ -240,7 +248,8 @@ func runServe(ctx context.Context, env Env, args []string) error {
 				return
 			case <-hup:
 			}
-			reloadToken(log, svc, f.tokenFile)
+			reloadToken(log, "--token-file", f.tokenFile, svc.SetToken)
+			reloadToken(log, "--metrics-token-file", f.metricsTokenFile, svc.SetMetricsToken)
 			if f.config == "" {
 				if envoy.config == "" { // the Envoy config reloads on its own signal
 					log.Warn("SIGHUP: no --config file to reload; the policies stay", "policies", svc.Policies().String())
@@ -380,32 +389,38 @@ func readToken(path string, getenv func(string) string) (string, error) {
 	if path == "" {
 		return strings.TrimSpace(getenv("RATELIMIT_TOKEN")), nil
 	}
+	return readTokenFile("--token-file", path)
+}
+
+// readTokenFile returns the token in the file at path, one word; flag names
+// the file in the errors.
+func readTokenFile(flag, path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
+		return "", fmt.Errorf("%s: %w", flag, err)
 	}
 	t := strings.TrimSpace(string(b))
 	if t == "" {
-		return "", fmt.Errorf("--token-file %s is empty", path)
+		return "", fmt.Errorf("%s %s is empty", flag, path)
 	}
 	if strings.ContainsAny(t, " \t\r\n") {
-		return "", fmt.Errorf("--token-file %s: the token must be one word", path)
+		return "", fmt.Errorf("%s %s: the token must be one word", flag, path)
 	}
 	return t, nil
 }
 
-// reloadToken re-reads --token-file on SIGHUP and puts the token in force;
-// a file that cannot be read or holds no token is logged and the old token
-// stays.
-func reloadToken(log *slog.Logger, svc *server.Service, path string) {
+// reloadToken re-reads the token file of flag at path (none: "") on SIGHUP
+// and puts the token in force with set; a file that cannot be read or
+// holds no token is logged and the old token stays.
+func reloadToken(log *slog.Logger, flag, path string, set func(string)) {
 	if path == "" {
 		return
 	}
-	token, err := readToken(path, nil)
+	token, err := readTokenFile(flag, path)
 	if err != nil {
 		log.Error("token reload refused; keeping the previous token", "err", err)
 		return
 	}
-	svc.SetToken(token)
+	set(token)
 	log.Info("token reloaded", "file", path)
 }

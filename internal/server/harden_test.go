@@ -248,6 +248,29 @@ func TestMetricsBehindTheToken(t *testing.T) {
 	if res := call(t, open.Handler(), "GET", "/metrics", ""); res.code != 200 {
 		t.Errorf("without a token set: /metrics %d", res.code)
 	}
+
+	// Its own token: a scraper without the API's.
+	for _, tc := range []struct {
+		name, api, metrics string
+		codes              map[string]int // by Authorization
+	}{
+		{"beside the API's", "api-t0ken", "scrape-t0ken", map[string]int{"": 401, "Bearer scrape-t0ken": 200, "Bearer api-t0ken": 200, "Bearer other": 401}},
+		{"alone", "", "scrape-t0ken", map[string]int{"": 401, "Bearer scrape-t0ken": 200, "Bearer other": 401}},
+	} {
+		s, _, _ := newService(t, Options{Token: tc.api, MetricsToken: tc.metrics})
+		for auth, code := range tc.codes {
+			var hdr []string
+			if auth != "" {
+				hdr = []string{"Authorization", auth}
+			}
+			if res := call(t, s.Handler(), "GET", "/metrics", "", hdr...); res.code != code {
+				t.Errorf("metrics token %s, Authorization %q: %d, want %d", tc.name, auth, res.code, code)
+			}
+		}
+		if res := call(t, s.Handler(), "GET", "/v1/config", "", "Authorization", "Bearer scrape-t0ken"); tc.api != "" && res.code != 401 {
+			t.Errorf("metrics token %s: it opens /v1/config: %d", tc.name, res.code)
+		}
+	}
 }
 
 func TestConfigEndpointAndToken(t *testing.T) {

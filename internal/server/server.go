@@ -61,6 +61,10 @@ type Options struct {
 	Policies config.Policies
 	// Token, when set, is the bearer token /v1/ and /metrics require.
 	Token string
+	// MetricsToken, when set, is a bearer token /metrics accepts besides
+	// Token (and requires when Token is not set), so that a scraper need
+	// not hold the API's token.
+	MetricsToken string
 	// Timeout bounds each check (default DefaultTimeout).
 	Timeout time.Duration
 	// Outage names the behaviour the Store applies in an outage, for
@@ -96,29 +100,30 @@ type Options struct {
 
 // Service answers rate-limit checks over HTTP.
 type Service struct {
-	store      ratelimit.Store
-	name       string
-	kind       string
-	masters    func(ctx context.Context) ([]string, error)
-	token      atomic.Pointer[[]byte]
-	hosts      atomic.Pointer[hostCheck] // AllowHosts; nil: no check
-	draining   atomic.Bool
-	authLog    rateLimitedLog
-	version    string
-	timeout    time.Duration
-	outage     ratelimit.Outage
-	degraded   func() bool
-	hasOutage  bool // the store has an outage behaviour (Options.Degraded set)
-	ping       func(context.Context) error
-	metrics    *Metrics
-	stats      *Stats
-	log        *slog.Logger
-	clock      func() time.Time
-	now        func() time.Time
-	policies   atomic.Pointer[policySet]
-	pinned     atomic.Pointer[[]string]
-	errLog     rateLimitedLog
-	exposition http.Handler // /metrics
+	store        ratelimit.Store
+	name         string
+	kind         string
+	masters      func(ctx context.Context) ([]string, error)
+	token        atomic.Pointer[[]byte]
+	metricsToken atomic.Pointer[[]byte]    // SetMetricsToken
+	hosts        atomic.Pointer[hostCheck] // AllowHosts; nil: no check
+	draining     atomic.Bool
+	authLog      rateLimitedLog
+	version      string
+	timeout      time.Duration
+	outage       ratelimit.Outage
+	degraded     func() bool
+	hasOutage    bool // the store has an outage behaviour (Options.Degraded set)
+	ping         func(context.Context) error
+	metrics      *Metrics
+	stats        *Stats
+	log          *slog.Logger
+	clock        func() time.Time
+	now          func() time.Time
+	policies     atomic.Pointer[policySet]
+	pinned       atomic.Pointer[[]string]
+	errLog       rateLimitedLog
+	exposition   http.Handler // /metrics
 }
 
 type policySet struct {
@@ -148,6 +153,7 @@ func New(o Options) (*Service, error) {
 		now:      o.Clock,
 	}
 	s.SetToken(o.Token)
+	s.SetMetricsToken(o.MetricsToken)
 	s.hasOutage = o.Degraded != nil
 	s.ping = o.Ping
 	if s.timeout <= 0 {
@@ -575,9 +581,21 @@ func jsonKind(k string) string {
 
 func (s *Service) authorized(r *http.Request) bool {
 	token := *s.token.Load()
-	if len(token) == 0 {
+	return len(token) == 0 || bearerIs(r, token)
+}
+
+// metricsAuthorized reports whether r may read /metrics: with the metrics
+// token (SetMetricsToken) or the API's, when either is set.
+func (s *Service) metricsAuthorized(r *http.Request) bool {
+	token, mt := *s.token.Load(), *s.metricsToken.Load()
+	if len(token) == 0 && len(mt) == 0 {
 		return true
 	}
+	return len(mt) > 0 && bearerIs(r, mt) || len(token) > 0 && bearerIs(r, token)
+}
+
+// bearerIs reports whether r carries "Authorization: Bearer token".
+func bearerIs(r *http.Request, token []byte) bool {
 	h := r.Header.Get("Authorization")
 	const prefix = "Bearer "
 	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
@@ -610,7 +628,7 @@ func (s *Service) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "/metrics", http.StatusMethodNotAllowed, "/metrics wants GET")
 		return
 	}
-	if !s.authorized(r) {
+	if !s.metricsAuthorized(r) {
 		// The series name namespaces, Envoy descriptors and override
 		// keys: behind the token as /v1/stats is.
 		s.unauthorized(w, r, "/metrics")
