@@ -340,7 +340,7 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 	if r := get(t, "http://"+p.admin+"/readyz"); r.code != 200 {
 		t.Errorf("/readyz: %d %s", r.code, r.raw)
 	}
-	m := metrics(t, p.admin)
+	m := metrics(t, p.admin, auth("second")...)
 	wantMetric(t, m, `ratelimit_build_info{goversion="go`, "go_goroutines ", "process_resident_memory_bytes ")
 	if strings.Contains(m, "ratelimit_outage_behaviour") {
 		t.Errorf("/metrics shows an outage behaviour for the embedded store")
