@@ -35,7 +35,7 @@ this process and listens on 127.0.0.1:8080, with one namespace, "default":
   GET  /readyz      readiness: 503 while the store is unreachable and the
                     outage behaviour refuses checks, and while shutting down
   GET  /metrics     Prometheus text format, series ratelimit_*, go_*, process_*
-                    (with --token-file, behind the token)
+                    (with --token-file or --metrics-token-file, behind a token)
   GET  /v1/stats    the operator page's figures as JSON (with --token-file, behind the token)
   GET  /            the operator page: a live view of /v1/stats for a browser
 
