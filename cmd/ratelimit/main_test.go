@@ -227,9 +227,18 @@ func checkDenial(t *testing.T, r result) {
 	}
 }
 
-func metrics(t *testing.T, addr string) string {
+// metrics returns /metrics of the service at addr; hdr are header names and
+// values to send, such as the bearer token.
+func metrics(t *testing.T, addr string, hdr ...string) string {
 	t.Helper()
-	r := get(t, "http://"+addr+"/metrics")
+	req, err := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	r := do(t, req)
 	if r.code != 200 {
 		t.Fatalf("/metrics: %d", r.code)
 	}

@@ -153,7 +153,7 @@ func TestOperatorPage(t *testing.T) {
 	os.WriteFile(cfg, []byte("namespaces: [\n"), 0o644)
 	p.cmd.Process.Signal(syscall.SIGHUP)
 	p.waitLog(t, "config reload refused")
-	m := metrics(t, p.addr)
+	m := metrics(t, p.addr, auth...)
 	base := "http://" + p.addr + "/"
 	art := t.ArtifactDir()
 
@@ -207,7 +207,7 @@ func TestOperatorPage(t *testing.T) {
 		if r := post(t, p.addr, "/v1/acquire", `{"subject":"dave"}`, auth...); r.code != 503 || r.body["source"] != "fail-closed" {
 			t.Errorf("acquire with Redis down: %d %s", r.code, r.raw)
 		}
-		m := metrics(t, p.addr)
+		m := metrics(t, p.addr, auth...)
 		pg := openPage(t, base+"#token="+token)
 		if got := pg.text(t, "primary"); !strings.Contains(got, "✗ DOWN, outage in progress") || !strings.Contains(got, "Cause: ") {
 			t.Errorf("primary: %q", got)

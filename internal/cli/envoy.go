@@ -30,6 +30,7 @@ type envoyFlags struct {
 	listen, config, outage string
 	headers                bool
 	watch                  time.Duration
+	grpc                   grpcServerConfig // the listener's TLS and bounds: grpcserver.go
 }
 
 // defaultEnvoyWatch is how often --envoy-config is looked at for changes.
@@ -40,6 +41,7 @@ func (f *envoyFlags) register(fs *flagSet) {
 	fs.StringVar(&f.config, "envoy-config", "", "with --grpc-listen, envoyproxy/ratelimit's config: a YAML `PATH`, or a directory of them (one domain each); reloaded when it changes and on SIGHUP")
 	fs.DurationVar(&f.watch, "envoy-config-watch", defaultEnvoyWatch, "with --envoy-config, how often to look for changes; a change is loaded once it holds still that long (0: only on SIGHUP)")
 	fs.StringVar(&f.outage, "envoy-outage", "return-error", "with --grpc-listen and --redis, what ShouldRateLimit does while Redis is unreachable: return-error (gRPC UNAVAILABLE: Envoy's failure_mode_deny decides), fail-open, fail-closed or local-fallback")
+	f.grpc.tls.register(fs)
 	fs.BoolVar(&f.headers, "envoy-response-headers", false, "with --grpc-listen, ask Envoy to add RateLimit-Limit, -Remaining, -Reset, RateLimit-Policy and RateLimit to responses (or set LIMIT_RESPONSE_HEADERS_ENABLED=true; LIMIT_*_HEADER rename them)")
 }
 
@@ -80,14 +82,12 @@ func startEnvoy(f envoyFlags, env Env, st *stores, timeout, grace time.Duration,
 	if err != nil {
 		return nil, err
 	}
-	if pe.tls.use {
-		// HOOK(grpcserver.go): the listener's TLS is built by
-		// newGRPCServer from a grpcTLS. Fill it from the peer's settings
-		// where the --grpc-tls-* flags are unset:
-		//   grpcTLS{cert: pe.tls.cert, key: pe.tls.key, clientCA: pe.tls.clientCA}
-		// and drop this refusal. Until then TLS asked for is refused,
-		// never served as plaintext.
-		return nil, usagef("GRPC_SERVER_USE_TLS=true: this build cannot serve TLS on --grpc-listen")
+	if pe.tls.use && f.grpc.tls == (grpcTLS{}) {
+		// The peer's settings, where the --grpc-tls-* flags are unset.
+		if pe.tls.cert == "" || pe.tls.key == "" {
+			return nil, usagef("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+		}
+		f.grpc.tls = grpcTLS{cert: pe.tls.cert, key: pe.tls.key, clientCA: pe.tls.clientCA}
 	}
 	load := envoyrls.LoadOptions{IgnoreDotFiles: pe.ignoreDotFiles, MergeDomains: pe.mergeDomains}
 	cfg, err := load.Load(f.config)
@@ -116,7 +116,12 @@ func startEnvoy(f envoyFlags, env Env, st *stores, timeout, grace time.Duration,
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-listen: %w", err)
 	}
-	srv := grpc.NewServer(envoyrls.ServerOptions()...)
+	f.grpc.callTimeout = timeout
+	srv, err := newGRPCServer(ln.Addr(), f.grpc, log)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
 	svc.Register(srv)
 	hs := health.NewServer()
 	// The peer's service name, as Envoy's and Kubernetes' gRPC health

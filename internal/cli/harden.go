@@ -102,7 +102,7 @@ func (s *stores) checkCredentials(ctx context.Context, timeout time.Duration) er
 // service: the API listening beyond loopback without a token, and trusted
 // proxies that cover every address.
 func warnExposure(log *slog.Logger, api net.Addr, token string, trusted []netip.Prefix) {
-	if ta, ok := api.(*net.TCPAddr); ok && !ta.IP.IsLoopback() && token == "" {
+	if beyondLoopback(api) && token == "" {
 		log.Warn("the API listens beyond loopback without a bearer token: anyone who reaches it can reset buckets; set --token-file or RATELIMIT_TOKEN",
 			"addr", api.String())
 	}
@@ -111,6 +111,14 @@ func warnExposure(log *slog.Logger, api net.Addr, token string, trusted []netip.
 			log.Warn("--trusted-proxies trusts every address: any client can choose its key with a forwarding header", "prefix", p.String())
 		}
 	}
+}
+
+// beyondLoopback reports whether a listener at addr is reachable from
+// other machines: a TCP address other than loopback (0.0.0.0 and [::]
+// among them).
+func beyondLoopback(addr net.Addr) bool {
+	ta, ok := addr.(*net.TCPAddr)
+	return ok && !ta.IP.IsLoopback()
 }
 
 // limitListener accepts at most n connections at a time: Accept waits
@@ -177,6 +185,13 @@ func checkApplicable(set map[string]bool, f *serveFlags) error {
 		for _, name := range []string{"trusted-proxies", "forwarded-header", "ipv6-prefix"} {
 			if set[name] {
 				return usagef("--%s applies only to --key ip", name)
+			}
+		}
+	}
+	if !set["grpc-listen"] {
+		for _, name := range []string{"grpc-tls-cert", "grpc-tls-key", "grpc-tls-client-ca"} {
+			if set[name] {
+				return usagef("--%s applies only with --grpc-listen", name)
 			}
 		}
 	}

@@ -35,6 +35,7 @@ this process and listens on 127.0.0.1:8080, with one namespace, "default":
   GET  /readyz      readiness: 503 while the store is unreachable and the
                     outage behaviour refuses checks, and while shutting down
   GET  /metrics     Prometheus text format, series ratelimit_*, go_*, process_*
+                    (with --token-file or --metrics-token-file, behind a token)
   GET  /v1/stats    the operator page's figures as JSON (with --token-file, behind the token)
   GET  /            the operator page: a live view of /v1/stats for a browser
 
@@ -52,7 +53,8 @@ allowed; the API, /healthz and /metrics move to --admin-listen.`
 
 type serveFlags struct {
 	listen, admin, config, outage, tokenFile, upstream, namespace, key, forwarded, body string
-	trusted                                                                             stringList
+	metricsTokenFile                                                                    string
+	trusted, allowedHosts                                                               stringList
 	timeout, shutdown                                                                   time.Duration
 	fleet                                                                               int
 	topDenied                                                                           bool
@@ -71,11 +73,13 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	fs.StringVar(&f.outage, "outage", "fail-closed", "what a check does while Redis is unreachable: fail-closed (503), fail-open, local-fallback or return-error")
 	fs.IntVar(&f.fleet, "fleet-size", 1, "with --outage local-fallback, the number `N` of replicas sharing the policy: each admits 1/N of it during an outage")
 	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "bound on each check against the store")
-	fs.StringVar(&f.tokenFile, "token-file", "", "require the bearer token in `FILE` on /v1/ (or set RATELIMIT_TOKEN)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "require the bearer token in `FILE` on /v1/ and /metrics (or set RATELIMIT_TOKEN)")
+	fs.StringVar(&f.metricsTokenFile, "metrics-token-file", "", "also accept the bearer token in `FILE` on /metrics, for a scraper that should not hold the API's token")
 	fs.StringVar(&f.upstream, "upstream", "", "reverse-proxy mode: limit requests and pass the allowed ones to `URL`")
 	fs.StringVar(&f.admin, "admin-listen", "127.0.0.1:9090", "with --upstream, serve the API, /healthz and /metrics on `ADDR`")
 	fs.StringVar(&f.namespace, "namespace", config.DefaultNamespace, "with --upstream, the namespace whose limit applies to proxied requests")
 	fs.StringVar(&f.key, "key", "ip", "with --upstream, what keys a request: ip, or header:NAME (such as header:X-API-Key)")
+	fs.Var(&f.allowedHosts, "allowed-host", "without a token, a `NAME` (or NAME:PORT) the API answers to besides its listen address; repeat it or separate with commas (other Host headers get 421, against DNS rebinding)")
 	fs.Var(&f.trusted, "trusted-proxies", "with --key ip, the `CIDRs` of proxies whose forwarding header is believed (none by default)")
 	fs.StringVar(&f.forwarded, "forwarded-header", "X-Forwarded-For", "with --trusted-proxies, the header they write: X-Forwarded-For or Forwarded")
 	fs.StringVar(&f.body, "body", "text", "with --upstream, the body of 429 and other limiter responses: text or json")
@@ -130,6 +134,12 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	var metricsToken string
+	if f.metricsTokenFile != "" {
+		if metricsToken, err = readTokenFile("--metrics-token-file", f.metricsTokenFile); err != nil {
+			return err
+		}
+	}
 
 	log, err := newLogger(env.Stderr, f.logFormat, f.logLevel)
 	if err != nil {
@@ -161,7 +171,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		ping = func(ctx context.Context) error { return st.redis.Ping(ctx).Err() }
 	}
 	svc, err := server.New(server.Options{
-		Store: st.store, StoreName: st.name, Policies: policies, Token: token, Timeout: f.timeout,
+		Store: st.store, StoreName: st.name, Policies: policies, Token: token, MetricsToken: metricsToken, Timeout: f.timeout,
 		Outage: outage, Degraded: degraded, Ping: ping, Metrics: metrics, Logger: log, Version: Version(),
 		Stats: stats, StoreKind: st.kind(), Masters: st.masters(),
 	})
@@ -179,6 +189,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		mainHandler, adminHandler = proxy, svc.Handler()
 	}
 
+	envoy.grpc.readTimeout = f.readTimeout
 	envoySvc, err := startEnvoy(envoy, env, st, f.timeout, f.shutdown, f.maxConns, log, metrics)
 	if err != nil {
 		return err
@@ -213,6 +224,12 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		listeners = append(listeners, limitConns(aln, f.maxConns))
 		apiAddr = aln.Addr()
 	}
+	if err := svc.AllowHosts(apiAddr, f.allowedHosts); err != nil {
+		for _, l := range listeners {
+			l.Close()
+		}
+		return usagef("--allowed-host: %v", err)
+	}
 	trustedPrefixes, _ := httplimit.ParsePrefixes(f.trusted...) // checked by proxyHandler
 	warnExposure(log, apiAddr, token, trustedPrefixes)
 
@@ -240,7 +257,8 @@ func runServe(ctx context.Context, env Env, args []string) error {
 				return
 			case <-hup:
 			}
-			reloadToken(log, svc, f.tokenFile)
+			reloadToken(log, "--token-file", f.tokenFile, svc.SetToken)
+			reloadToken(log, "--metrics-token-file", f.metricsTokenFile, svc.SetMetricsToken)
 			if f.config == "" {
 				if envoy.config == "" { // the Envoy config reloads on its own signal
 					log.Warn("SIGHUP: no --config file to reload; the policies stay", "policies", svc.Policies().String())
@@ -380,32 +398,38 @@ func readToken(path string, getenv func(string) string) (string, error) {
 	if path == "" {
 		return strings.TrimSpace(getenv("RATELIMIT_TOKEN")), nil
 	}
+	return readTokenFile("--token-file", path)
+}
+
+// readTokenFile returns the token in the file at path, one word; flag names
+// the file in the errors.
+func readTokenFile(flag, path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
+		return "", fmt.Errorf("%s: %w", flag, err)
 	}
 	t := strings.TrimSpace(string(b))
 	if t == "" {
-		return "", fmt.Errorf("--token-file %s is empty", path)
+		return "", fmt.Errorf("%s %s is empty", flag, path)
 	}
 	if strings.ContainsAny(t, " \t\r\n") {
-		return "", fmt.Errorf("--token-file %s: the token must be one word", path)
+		return "", fmt.Errorf("%s %s: the token must be one word", flag, path)
 	}
 	return t, nil
 }
 
-// reloadToken re-reads --token-file on SIGHUP and puts the token in force;
-// a file that cannot be read or holds no token is logged and the old token
-// stays.
-func reloadToken(log *slog.Logger, svc *server.Service, path string) {
+// reloadToken re-reads the token file of flag at path (none: "") on SIGHUP
+// and puts the token in force with set; a file that cannot be read or
+// holds no token is logged and the old token stays.
+func reloadToken(log *slog.Logger, flag, path string, set func(string)) {
 	if path == "" {
 		return
 	}
-	token, err := readToken(path, nil)
+	token, err := readTokenFile(flag, path)
 	if err != nil {
 		log.Error("token reload refused; keeping the previous token", "err", err)
 		return
 	}
-	svc.SetToken(token)
+	set(token)
 	log.Info("token reloaded", "file", path)
 }

@@ -163,15 +163,36 @@ func (ns namespace) limit() (ratelimit.Limit, error) {
 	return l, nil
 }
 
+// ReservedPrefix begins the namespaces of the Envoy rate limit service's
+// rules ("envoy:4:edge:14:remote_address:0:"): no namespace of a file may
+// be named so, in any case, lest a reset of it reset an Envoy rule's
+// buckets.
+const ReservedPrefix = "envoy:"
+
+// ReservedError is the error of a name that begins with ReservedPrefix. It
+// wraps ratelimit.ErrInvalidArgument.
+type ReservedError struct{ Name string }
+
+func (e *ReservedError) Error() string {
+	return fmt.Sprintf("name %q: names beginning with %q are reserved for the Envoy rate limit service's rules", e.Name, ReservedPrefix)
+}
+
+// Unwrap returns ratelimit.ErrInvalidArgument.
+func (e *ReservedError) Unwrap() error { return ratelimit.ErrInvalidArgument }
+
 // CheckName reports whether name can name a namespace: 1 to 64 characters
-// among letters, digits and "._-:". The characters are those a header, a
-// metric label and a log line carry without escaping.
+// among letters, digits and "._-:", not beginning with ReservedPrefix (a
+// *ReservedError). The characters are those a header, a metric label and a
+// log line carry without escaping.
 func CheckName(name string) error {
 	if name == "" {
 		return errors.New("name is missing")
 	}
 	if len(name) > 64 {
 		return fmt.Errorf("name %q is longer than 64 characters", name)
+	}
+	if len(name) >= len(ReservedPrefix) && strings.EqualFold(name[:len(ReservedPrefix)], ReservedPrefix) {
+		return &ReservedError{Name: name}
 	}
 	for _, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._-:", c)) {

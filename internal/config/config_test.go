@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,6 +87,35 @@ func TestParseErrors(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), "config.") {
 			t.Errorf("Parse(%q) error = %v names a Go type", tt.doc, err)
+		}
+	}
+}
+
+// TestEnvoyPrefixReserved checks that no namespace may be named like an
+// Envoy rule's ("envoy:4:edge:..."), in any case, and that the error is an
+// invalid argument; names that only look alike stay allowed.
+func TestEnvoyPrefixReserved(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		reserved bool
+	}{
+		{"envoy:4:edge:14:remote_address:0:", true},
+		{"envoy:", true},
+		{"ENVOY:4:edge", true},
+		{"Envoy:x", true},
+		{"envoy", false},
+		{"envoy-api", false},
+		{"my-envoy:x", false},
+		{"envoy.x", false},
+	} {
+		err := CheckName(tc.name)
+		if got := errors.Is(err, ratelimit.ErrInvalidArgument); got != tc.reserved || (tc.reserved && !strings.Contains(err.Error(), "reserved")) {
+			t.Errorf("CheckName(%q) = %v, want reserved %v", tc.name, err, tc.reserved)
+		}
+		doc := "namespaces:\n  - name: \"" + tc.name + "\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+		_, err = Parse([]byte(doc))
+		if (err != nil) != tc.reserved || (tc.reserved && !errors.Is(err, ratelimit.ErrInvalidArgument)) {
+			t.Errorf("Parse of namespace %q: %v, want reserved %v", tc.name, err, tc.reserved)
 		}
 	}
 }

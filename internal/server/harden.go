@@ -171,6 +171,14 @@ func (s *Service) SetToken(token string) {
 	s.token.Store(&b)
 }
 
+// SetMetricsToken replaces the bearer token /metrics accepts besides the
+// API's ("" for none), as the command does when SIGHUP re-reads
+// --metrics-token-file.
+func (s *Service) SetMetricsToken(token string) {
+	b := []byte(token)
+	s.metricsToken.Store(&b)
+}
+
 // unauthorized answers 401 and logs the refusal, at most one line a second
 // with the count of those dropped; the token sent is never logged.
 func (s *Service) unauthorized(w http.ResponseWriter, r *http.Request, path string) {

@@ -18,10 +18,12 @@ import (
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
+	"github.com/exactlimit/ratelimit/memstore"
 )
 
 // post sends body to the real server at base+path with the given
-// Content-Type, and returns the status and body.
+// Content-Type and headers (a "Host" sets the request's Host), and returns
+// the status and body.
 func post(t *testing.T, base, path, contentType, body string, hdr ...string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest("POST", base+path, strings.NewReader(body))
@@ -32,6 +34,10 @@ func post(t *testing.T, base, path, contentType, body string, hdr ...string) (in
 		req.Header.Set("Content-Type", contentType)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	res, err := http.DefaultClient.Do(req)
@@ -207,6 +213,67 @@ func TestReadyz(t *testing.T) {
 	}
 }
 
+// TestMetricsBehindTheToken checks that with a token /metrics answers 401
+// without it (its series name namespaces and descriptors) and the series
+// with it, and that without a token it is open.
+func TestMetricsBehindTheToken(t *testing.T) {
+	s, _, _ := newService(t, Options{Token: "m3trics"})
+	h := s.Handler()
+	for _, tc := range []struct {
+		name, auth string
+		code       int
+	}{
+		{"no token", "", 401},
+		{"wrong token", "Bearer wrong", 401},
+		{"not a bearer", "Basic bTN0cmljcw==", 401},
+		{"the token", "Bearer m3trics", 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hdr []string
+			if tc.auth != "" {
+				hdr = []string{"Authorization", tc.auth}
+			}
+			res := call(t, h, "GET", "/metrics", "", hdr...)
+			if res.code != tc.code {
+				t.Fatalf("/metrics: %d %s", res.code, res.body)
+			}
+			if tc.code == 401 && (res.header.Get("WWW-Authenticate") == "" || strings.Contains(res.body, "ratelimit_")) {
+				t.Errorf("refused, yet %v %s", res.header, res.body)
+			}
+			if tc.code == 200 && !strings.Contains(res.body, "ratelimit_build_info") {
+				t.Errorf("with the token: no series:\n%s", res.body)
+			}
+		})
+	}
+	open, _, _ := newService(t, Options{})
+	if res := call(t, open.Handler(), "GET", "/metrics", ""); res.code != 200 {
+		t.Errorf("without a token set: /metrics %d", res.code)
+	}
+
+	// Its own token: a scraper without the API's.
+	for _, tc := range []struct {
+		name, api, metrics string
+		codes              map[string]int // by Authorization
+	}{
+		{"beside the API's", "api-t0ken", "scrape-t0ken", map[string]int{"": 401, "Bearer scrape-t0ken": 200, "Bearer api-t0ken": 200, "Bearer other": 401}},
+		{"alone", "", "scrape-t0ken", map[string]int{"": 401, "Bearer scrape-t0ken": 200, "Bearer other": 401}},
+	} {
+		s, _, _ := newService(t, Options{Token: tc.api, MetricsToken: tc.metrics})
+		for auth, code := range tc.codes {
+			var hdr []string
+			if auth != "" {
+				hdr = []string{"Authorization", auth}
+			}
+			if res := call(t, s.Handler(), "GET", "/metrics", "", hdr...); res.code != code {
+				t.Errorf("metrics token %s, Authorization %q: %d, want %d", tc.name, auth, res.code, code)
+			}
+		}
+		if res := call(t, s.Handler(), "GET", "/v1/config", "", "Authorization", "Bearer scrape-t0ken"); tc.api != "" && res.code != 401 {
+			t.Errorf("metrics token %s: it opens /v1/config: %d", tc.name, res.code)
+		}
+	}
+}
+
 func TestConfigEndpointAndToken(t *testing.T) {
 	s, _, logs := newService(t, Options{Token: "one", Version: "v1.2.3",
 		Policies: config.Policies{"default": ratelimit.PerSecond(10), "login": ratelimit.PerMinute(5)}})
@@ -238,7 +305,7 @@ func TestConfigEndpointAndToken(t *testing.T) {
 	if strings.Contains(logs.String(), "wrong-token") || strings.Contains(logs.String(), "Bearer one") {
 		t.Errorf("the log shows a token:\n%s", logs.String())
 	}
-	body := call(t, h, "GET", "/metrics", "").body
+	body := call(t, h, "GET", "/metrics", "", "Authorization", "Bearer two").body
 	for _, want := range []string{`ratelimit_build_info{goversion="go`, `version="v1.2.3"} 1`, "go_goroutines ", "process_start_time_seconds "} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -310,5 +377,29 @@ func TestProxyForwardsOnlyTheTrustedChain(t *testing.T) {
 				t.Errorf("upstream errors counted %q", got)
 			}
 		})
+	}
+}
+
+// TestEnvoyNamespaceReserved checks that a namespace named like an Envoy
+// rule's cannot be put in force, at start or by a reload, and that the API
+// refuses to reset or acquire in one: it would act on the rule's buckets.
+func TestEnvoyNamespaceReserved(t *testing.T) {
+	const envoyNS = "envoy:4:edge:14:remote_address:0:"
+	bad := config.Policies{"default": ratelimit.PerSecond(10), envoyNS: ratelimit.PerSecond(1)}
+	if _, err := New(Options{Store: memstore.New(), Policies: bad}); !errors.Is(err, ratelimit.ErrInvalidArgument) || !strings.Contains(err.Error(), "reserved") {
+		t.Errorf("New with namespace %q: %v, want a reserved-name invalid argument", envoyNS, err)
+	}
+	s, _, _ := newService(t, Options{})
+	if err := s.SetPolicies(bad); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+		t.Errorf("SetPolicies with namespace %q: %v", envoyNS, err)
+	}
+	if _, ok := s.Policies()[envoyNS]; ok {
+		t.Errorf("namespace %q is in force", envoyNS)
+	}
+	for _, path := range []string{"/v1/reset", "/v1/acquire", "/v1/peek"} {
+		res := call(t, s.Handler(), "POST", path, `{"namespace":"`+envoyNS+`","subject":"10.0.0.1"}`)
+		if msg, _ := res.json["error"].(string); res.code != 400 || !strings.Contains(msg, "reserved") {
+			t.Errorf("%s in namespace %q: %d %s", path, envoyNS, res.code, res.body)
+		}
 	}
 }

@@ -76,7 +76,7 @@ func TestStatsEndpointAuth(t *testing.T) {
 	if res := call(t, h, "POST", "/v1/stats", "", "Authorization", "Bearer s3cret"); res.code != 405 {
 		t.Errorf("POST /v1/stats: %d", res.code)
 	}
-	if got := metric(t, h, `ratelimit_http_requests_total{code="401",path="/v1/stats"}`); got != "2" {
+	if got := metric(t, h, `ratelimit_http_requests_total{code="401",path="/v1/stats"}`, "Authorization", "Bearer s3cret"); got != "2" {
 		t.Errorf("401s of /v1/stats counted %q, want 2", got)
 	}
 }

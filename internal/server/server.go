@@ -60,8 +60,12 @@ type Options struct {
 	Masters func(ctx context.Context) ([]string, error)
 	// Policies are the namespaces to start with (default config.Default()).
 	Policies config.Policies
-	// Token, when set, is the bearer token /v1/ requires.
+	// Token, when set, is the bearer token /v1/ and /metrics require.
 	Token string
+	// MetricsToken, when set, is a bearer token /metrics accepts besides
+	// Token (and requires when Token is not set), so that a scraper need
+	// not hold the API's token.
+	MetricsToken string
 	// Timeout bounds each check (default DefaultTimeout).
 	Timeout time.Duration
 	// Outage names the behaviour the Store applies in an outage, for
@@ -97,28 +101,30 @@ type Options struct {
 
 // Service answers rate-limit checks over HTTP.
 type Service struct {
-	store      ratelimit.Store
-	name       string
-	kind       string
-	masters    func(ctx context.Context) ([]string, error)
-	token      atomic.Pointer[[]byte]
-	draining   atomic.Bool
-	authLog    rateLimitedLog
-	version    string
-	timeout    time.Duration
-	outage     fallback.Outage
-	degraded   func() bool
-	hasOutage  bool // the store has an outage behaviour (Options.Degraded set)
-	ping       func(context.Context) error
-	metrics    *Metrics
-	stats      *Stats
-	log        *slog.Logger
-	clock      func() time.Time
-	now        func() time.Time
-	policies   atomic.Pointer[policySet]
-	pinned     atomic.Pointer[[]string]
-	errLog     rateLimitedLog
-	exposition http.Handler // /metrics
+	store        ratelimit.Store
+	name         string
+	kind         string
+	masters      func(ctx context.Context) ([]string, error)
+	token        atomic.Pointer[[]byte]
+	metricsToken atomic.Pointer[[]byte]    // SetMetricsToken
+	hosts        atomic.Pointer[hostCheck] // AllowHosts; nil: no check
+	draining     atomic.Bool
+	authLog      rateLimitedLog
+	version      string
+	timeout      time.Duration
+	outage       fallback.Outage
+	degraded     func() bool
+	hasOutage    bool // the store has an outage behaviour (Options.Degraded set)
+	ping         func(context.Context) error
+	metrics      *Metrics
+	stats        *Stats
+	log          *slog.Logger
+	clock        func() time.Time
+	now          func() time.Time
+	policies     atomic.Pointer[policySet]
+	pinned       atomic.Pointer[[]string]
+	errLog       rateLimitedLog
+	exposition   http.Handler // /metrics
 }
 
 type policySet struct {
@@ -148,6 +154,7 @@ func New(o Options) (*Service, error) {
 		now:      o.Clock,
 	}
 	s.SetToken(o.Token)
+	s.SetMetricsToken(o.MetricsToken)
 	s.hasOutage = o.Degraded != nil
 	s.ping = o.Ping
 	if s.timeout <= 0 {
@@ -184,8 +191,9 @@ func New(o Options) (*Service, error) {
 }
 
 // SetPolicies replaces the namespaces and their limits. The set must hold
-// config.DefaultNamespace and every namespace pinned by Pin; otherwise the
-// old set stays and the error says why.
+// config.DefaultNamespace and every namespace pinned by Pin, and no name
+// beginning with config.ReservedPrefix (an Envoy rule's); otherwise the old
+// set stays and the error says why.
 func (s *Service) SetPolicies(p config.Policies) error {
 	if _, ok := p[config.DefaultNamespace]; !ok {
 		return fmt.Errorf("namespace %q is missing", config.DefaultNamespace)
@@ -199,6 +207,9 @@ func (s *Service) SetPolicies(p config.Policies) error {
 	}
 	set := &policySet{limits: make(config.Policies, len(p)), limiters: make(map[string]*ratelimit.Limiter[string], len(p))}
 	for ns, l := range p {
+		if err := reservedName(ns); err != nil {
+			return fmt.Errorf("namespace %q: %w", ns, err)
+		}
 		opts := []ratelimit.Option{ratelimit.WithNamespace(ns), ratelimit.WithObserver(s.metrics.observer, s.stats)}
 		if s.clock != nil {
 			opts = append(opts, ratelimit.WithClock(s.clock))
@@ -270,6 +281,17 @@ func (s *Service) Pin(namespaces ...string) error {
 	return nil
 }
 
+// reservedName returns a *config.ReservedError when ns is named like an
+// Envoy rule's namespace, else nil: such a namespace would share the rule's
+// buckets, and a reset of it would reset them.
+func reservedName(ns string) error {
+	var reserved *config.ReservedError
+	if err := config.CheckName(ns); errors.As(err, &reserved) {
+		return err
+	}
+	return nil
+}
+
 // errUnknownNamespace is returned by check for a namespace not in force.
 var errUnknownNamespace = errors.New("unknown namespace")
 
@@ -311,12 +333,13 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 // Handler returns the service's HTTP API: POST /v1/acquire, /v1/peek and
 // /v1/reset (with Content-Type application/json, else 415), GET /v1/config,
 // GET /v1/stats, /healthz (liveness), /readyz (readiness) and /metrics, and
-// the operator page, GET / with its /page.css and /page.js. /v1/ needs the
-// token when there is one; the page holds no figure and is served to anyone,
+// the operator page, GET / with its /page.css and /page.js. /v1/ and
+// /metrics need the token when there is one; the page holds no figure and is served to anyone,
 // and its script asks for the token when /v1/stats wants it. Every other
 // path is 404. A body must be valid UTF-8 with each field spelled exactly
 // once, in lower case; a subject is at most MaxSubjectBytes and is never
-// logged (SubjectHash stands for it).
+// logged (SubjectHash stands for it). After AllowHosts, while there is no
+// token, a request for another Host is refused with 421.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/acquire", s.api(opAcquire))
@@ -328,7 +351,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("/v1/config", s.serveConfig)
 	mux.HandleFunc("/metrics", s.serveMetrics)
 	mux.HandleFunc("/", s.servePage)
-	return mux
+	return s.checkHost(mux)
 }
 
 // APIRequest is the body of every /v1/ request.
@@ -426,6 +449,10 @@ func (s *Service) api(o op) http.Handler {
 		ns := req.Namespace
 		if ns == "" {
 			ns = config.DefaultNamespace
+		}
+		if err := reservedName(ns); err != nil {
+			s.fail(w, path, http.StatusBadRequest, err.Error())
+			return
 		}
 		set := s.policies.Load()
 		limit, ok := set.limits[ns]
@@ -554,9 +581,21 @@ func jsonKind(k string) string {
 
 func (s *Service) authorized(r *http.Request) bool {
 	token := *s.token.Load()
-	if len(token) == 0 {
+	return len(token) == 0 || bearerIs(r, token)
+}
+
+// metricsAuthorized reports whether r may read /metrics: with the metrics
+// token (SetMetricsToken) or the API's, when either is set.
+func (s *Service) metricsAuthorized(r *http.Request) bool {
+	token, mt := *s.token.Load(), *s.metricsToken.Load()
+	if len(token) == 0 && len(mt) == 0 {
 		return true
 	}
+	return len(mt) > 0 && bearerIs(r, mt) || len(token) > 0 && bearerIs(r, token)
+}
+
+// bearerIs reports whether r carries "Authorization: Bearer token".
+func bearerIs(r *http.Request, token []byte) bool {
 	h := r.Header.Get("Authorization")
 	const prefix = "Bearer "
 	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
@@ -587,6 +626,12 @@ func (s *Service) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		s.fail(w, "/metrics", http.StatusMethodNotAllowed, "/metrics wants GET")
+		return
+	}
+	if !s.metricsAuthorized(r) {
+		// The series name namespaces, Envoy descriptors and override
+		// keys: behind the token as /v1/stats is.
+		s.unauthorized(w, r, "/metrics")
 		return
 	}
 	s.metrics.requests.WithLabelValues("/metrics", "200").Inc()

@@ -97,10 +97,10 @@ func decisions(ns, result, source string) string {
 }
 
 // metric returns the value of series on h's /metrics, or "" when h does not
-// export it.
-func metric(t *testing.T, h http.Handler, series string) string {
+// export it. hdr are header names and values to send, such as the token.
+func metric(t *testing.T, h http.Handler, series string, hdr ...string) string {
 	t.Helper()
-	res := call(t, h, "GET", "/metrics", "")
+	res := call(t, h, "GET", "/metrics", "", hdr...)
 	if res.code != 200 {
 		t.Fatalf("/metrics: %d %s", res.code, res.body)
 	}

@@ -37,10 +37,18 @@
     } catch (e) { /* storage disabled: the token lasts until reload */ }
     $("forget").hidden = !t;
   }
+  // takeFragmentToken takes the token of #token=..., and removes the
+  // fragment from the address either way. A fragment that does not decode
+  // (a bad percent escape) gives no token: the form asks for it, saying why.
+  let fragmentError = "";
   function takeFragmentToken() {
     const m = /(?:^#|&)token=([^&]*)/.exec(location.hash);
     if (!m) return;
-    setToken(decodeURIComponent(m[1]));
+    try {
+      setToken(decodeURIComponent(m[1]));
+    } catch (e) {
+      fragmentError = "The token in the address (#token=...) is not validly encoded; type it here.";
+    }
     history.replaceState(null, "", location.pathname + location.search);
   }
 
@@ -134,6 +142,8 @@
   }
 
   function askToken(err) {
+    err = err || fragmentError;
+    fragmentError = "";
     $("report").hidden = true;
     $("token-form").hidden = false;
     const e = $("token-error");
@@ -147,6 +157,7 @@
     renderStore(r);
     const box = $("namespaces");
     const open = new Set();
+    const cards = [];
     for (const ns of r.namespaces) {
       open.add(ns.name);
       let card = box.querySelector('[data-ns="' + CSS.escape(ns.name) + '"]');
@@ -155,14 +166,34 @@
         box.append(card);
       }
       fillNamespace(card, ns);
+      cards.push([card, ns]);
     }
     for (const card of [...box.children]) {
       if (!open.has(card.dataset.ns)) card.remove();
     }
     // Keep the cards in the order of the report.
-    for (const ns of r.namespaces) box.append(box.querySelector('[data-ns="' + CSS.escape(ns.name) + '"]'));
+    for (const [card] of cards) box.append(card);
     renderTop(r.top_denied);
+    // The charts are drawn once every card is in place: a chart measured
+    // while it was the only card would be drawn for the whole row and
+    // shrunk to its column. chartSized redraws them as the layout changes.
+    for (const [card, ns] of cards) {
+      const chart = card.querySelector("svg.chart");
+      chartData.set(chart, ns.rate);
+      drawChart(chart, ns.rate);
+    }
   }
+
+  // chartData holds the rates each chart last drew, for chartSized.
+  const chartData = new WeakMap();
+  // chartSized redraws a chart whose width changed (a window resized, a
+  // scroll bar, a font or a card arriving): it draws in its own pixels.
+  const chartSized = typeof ResizeObserver === "function" ? new ResizeObserver((entries) => {
+    for (const e of entries) {
+      const r = chartData.get(e.target);
+      if (r && Math.round(e.contentRect.width) !== Number(e.target.dataset.drawnWidth)) drawChart(e.target, r);
+    }
+  }) : null;
 
   function renderStore(r) {
     const s = r.store;
@@ -227,6 +258,7 @@
     title.textContent = "Decisions per second in " + name + ", last five minutes";
     const desc = svg("desc", { id: id + "-d" });
     chart.append(title, desc);
+    if (chartSized) chartSized.observe(chart);
     const legend = el("span", { class: "legend" },
       el("span", {}, swatch("allowed"), " allowed (solid)"),
       el("span", {}, swatch("denied"), " denied (dashed)"));
@@ -255,16 +287,17 @@
     set("rate", rate(ns.decisions_per_second));
     set("p50", ns.latency.count ? ms(ns.latency.p50_ms) : "none");
     set("p99", ns.latency.count ? ms(ns.latency.p99_ms) : "none");
-    drawChart(card.querySelector("svg.chart"), ns.rate);
   }
 
   // drawChart draws the allowed and denied rates of each step as two lines.
   // It draws in the chart's own pixels (the viewBox follows its width), so
   // that the text keeps its size on any window.
   function drawChart(chart, r) {
-    const W = Math.max(160, Math.round(chart.getBoundingClientRect().width) || 320);
+    const measured = Math.round(chart.getBoundingClientRect().width);
+    const W = Math.max(160, measured || 320);
     const H = 90, left = 40;
     chart.setAttribute("viewBox", "0 0 " + W + " 110");
+    chart.dataset.drawnWidth = String(measured);
     const step = r.step_seconds;
     const a = r.allowed.map((n) => n / step);
     const d = r.denied.map((n) => n / step);
@@ -341,11 +374,13 @@
       setToken("");
       refresh();
     });
-    let resizing = 0;
-    window.addEventListener("resize", () => {
-      clearTimeout(resizing);
-      resizing = setTimeout(() => { if (lastReport) render(lastReport); }, 150);
-    });
+    if (!chartSized) {
+      let resizing = 0;
+      window.addEventListener("resize", () => {
+        clearTimeout(resizing);
+        resizing = setTimeout(() => { if (lastReport) render(lastReport); }, 150);
+      });
+    }
     $("token-form").addEventListener("submit", (ev) => {
       ev.preventDefault();
       const input = $("token");
