@@ -11,10 +11,10 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
 )
 
 // ErrNoKey is wrapped by the errors of the key functions of both
@@ -58,7 +58,7 @@ func CheckLen(what, key string) error {
 // '|', so no two different combinations give the same key. A part that
 // fails, or is empty, fails the whole key.
 func Join(n int, part func(i int) (string, error)) (string, error) {
-	var b strings.Builder
+	parts := make([]string, n)
 	for i := range n {
 		v, err := part(i)
 		if err == nil && v == "" {
@@ -67,14 +67,9 @@ func Join(n int, part func(i int) (string, error)) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if i > 0 {
-			b.WriteByte('|')
-		}
-		b.WriteString(strconv.Itoa(len(v)))
-		b.WriteByte(':')
-		b.WriteString(v)
+		parts[i] = v
 	}
-	return b.String(), nil
+	return keyfmt.Join(parts...), nil
 }
 
 // Proxies are the reverse proxies in front of a server, as the

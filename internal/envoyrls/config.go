@@ -12,9 +12,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/units"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -23,24 +23,9 @@ import (
 // that cannot be read, or whose content is not a valid configuration.
 var ErrConfig = errors.New("envoyrls: invalid config")
 
-// MaxConfigFileSize bounds one configuration file.
-const MaxConfigFileSize = 4 << 20
-
 // maxDepth bounds the nesting of descriptors in a file, and so the number of
 // entries of a request's descriptor that can ever match a rule.
 const maxDepth = 32
-
-// Units maps the peer's unit names to their lengths, as envoyproxy/ratelimit
-// defines them: a month is 30 days and a year 365 days.
-var Units = map[string]time.Duration{
-	"second": time.Second,
-	"minute": time.Minute,
-	"hour":   time.Hour,
-	"day":    24 * time.Hour,
-	"week":   7 * 24 * time.Hour,
-	"month":  30 * 24 * time.Hour,
-	"year":   365 * 24 * time.Hour,
-}
 
 // Config is a compiled configuration: the domains of one file or of a
 // directory of files, each a tree of descriptors. A Config is immutable and
@@ -104,7 +89,7 @@ type Rule struct {
 	// Name and Replaces are the rate_limit block's name and replaces.
 	Name     string
 	Replaces []string
-	// Unit and RequestsPerUnit are as written; Unit is one of Units' keys.
+	// Unit and RequestsPerUnit are as written; Unit is one of units.Durations' keys.
 	Unit            string
 	RequestsPerUnit uint32
 	// Capacity is burst when set, else RequestsPerUnit.
@@ -254,17 +239,9 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 }
 
 func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := units.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxConfigFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrConfig, path, err)
-	}
-	if len(data) > MaxConfigFileSize {
-		return nil, fmt.Errorf("%w: %s: larger than %d bytes", ErrConfig, path, MaxConfigFileSize)
 	}
 	return data, nil
 }
@@ -417,7 +394,7 @@ func (b *builder) rule(d *yamlDescriptor, path []step) (*Rule, error) {
 		r.Replaces = append(r.Replaces, rep.Name)
 	}
 	unit := strings.ToLower(y.Unit)
-	per, known := Units[unit]
+	per, known := units.Durations[unit]
 	if y.Unlimited {
 		switch {
 		case y.Unit != "":

@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"fmt"
+	"github.com/exactlimit/ratelimit/internal/units"
 	"log/slog"
 	"math/big"
 	"strings"
@@ -69,7 +70,7 @@ func TestRatesThePeerAccepts(t *testing.T) {
 			}
 			// kept/exact = (tokens/period) / (rpu/unit), as exact fractions.
 			kept := new(big.Rat).SetFrac(big.NewInt(r.limit.RefillTokens), big.NewInt(r.limit.RefillPeriod.Microseconds()))
-			exact := new(big.Rat).SetFrac(big.NewInt(tc.rpu), big.NewInt(Units[tc.unit].Microseconds()))
+			exact := new(big.Rat).SetFrac(big.NewInt(tc.rpu), big.NewInt(units.Durations[tc.unit].Microseconds()))
 			ratio := new(big.Rat).Quo(kept, exact)
 			if ratio.Cmp(big.NewRat(1, 1)) > 0 {
 				t.Errorf("rounded up: %v per %v is more than %d per %s", r.limit.RefillTokens, r.limit.RefillPeriod, tc.rpu, tc.unit)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/httplimit"
+	"github.com/exactlimit/ratelimit/internal/units"
 )
 
 // Bounds on a request. A request beyond them is INVALID_ARGUMENT. Keys and
@@ -475,8 +476,8 @@ func (s *Service) overrideCheck(c *check, domain string, d *rlv3.RateLimitDescri
 			return errors.New("limit override: unit_multiplier must be at least 1")
 		}
 	}
-	per := Units[name] * time.Duration(mult)
-	if per/time.Duration(mult) != Units[name] {
+	per := units.Durations[name] * time.Duration(mult)
+	if per/time.Duration(mult) != units.Durations[name] {
 		return errors.New("limit override: the period overflows")
 	}
 	var b strings.Builder
@@ -708,14 +709,14 @@ func (s *Service) statusOf(c *check) *rlsv3.RateLimitResponse_DescriptorStatus {
 		// resets in one unit).
 		reset = max(reset, b.d.RetryAfter)
 		if reset <= 0 || b.limit == (ratelimit.Limit{}) {
-			reset = Units[r.Unit]
+			reset = units.Durations[r.Unit]
 		}
 		if !b.shadow {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
 	if b.limit == (ratelimit.Limit{}) {
-		reset = Units[r.Unit] // rpu 0 never fills
+		reset = units.Durations[r.Unit] // rpu 0 never fills
 	}
 	st.DurationUntilReset = durationpb.New(reset)
 	return st

@@ -3,8 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,16 +15,15 @@ import (
 
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/config"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/internal/units"
 )
 
 // SubjectHash returns a short, stable stand-in for subject in log lines and
 // error messages: "#" and the first 8 bytes of its SHA-256, in hex. The
 // service never logs a subject itself, which behind --key header:X-API-Key
 // is a customer's API key.
-func SubjectHash(subject string) string {
-	sum := sha256.Sum256([]byte(subject))
-	return "#" + hex.EncodeToString(sum[:8])
-}
+func SubjectHash(subject string) string { return keyfmt.Hash(subject) }
 
 // maxLoggedError bounds an error message in a log line.
 const maxLoggedError = 300
@@ -52,7 +49,7 @@ func RedactKeys(msg string) string {
 		}
 		msg = msg[i+len(q):]
 		key, _ := strconv.Unquote(q)
-		if ns, subject, ok := splitKey(key); ok {
+		if ns, subject, ok := keyfmt.Parse(key); ok {
 			b.WriteString(strconv.Quote(ns + ":" + SubjectHash(subject)))
 			continue
 		}
@@ -67,20 +64,6 @@ func RedactKeys(msg string) string {
 		out = out[:cut] + "…"
 	}
 	return out
-}
-
-// splitKey splits a Limiter key, "LEN:NAMESPACE:SUBJECT" (as
-// ratelimit.Limiter.Key makes them), into namespace and subject.
-func splitKey(key string) (ns, subject string, ok bool) {
-	n, rest, ok := strings.Cut(key, ":")
-	if !ok {
-		return "", "", false
-	}
-	l, err := strconv.Atoi(n)
-	if err != nil || l < 1 || len(rest) < l+1 || rest[l] != ':' {
-		return "", "", false
-	}
-	return rest[:l], rest[l+1:], true
 }
 
 // redactErr returns err's message for the log, with key (subject's key
@@ -252,7 +235,7 @@ func (s *Service) serveConfig(w http.ResponseWriter, r *http.Request) {
 	set := s.policies.Load()
 	ns := make(map[string]Policy, len(set.limits))
 	for name, l := range set.limits {
-		ns[name] = Policy{l.Capacity, l.RefillTokens, l.RefillPeriod.String()}
+		ns[name] = Policy{l.Capacity, l.RefillTokens, units.Format(l.RefillPeriod)}
 	}
 	out := map[string]any{
 		"namespaces": ns,

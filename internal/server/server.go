@@ -32,6 +32,7 @@ import (
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
+	"github.com/exactlimit/ratelimit/internal/units"
 )
 
 // MaxBodyBytes bounds the body of an API request.
@@ -411,7 +412,7 @@ func NewDecision(ns, subject string, cost int64, d ratelimit.Decision) Decision 
 		Source:       d.Source.String(),
 	}
 	if d.Limit.Validate() == nil {
-		out.Policy = &Policy{d.Limit.Capacity, d.Limit.RefillTokens, d.Limit.RefillPeriod.String()}
+		out.Policy = &Policy{d.Limit.Capacity, d.Limit.RefillTokens, units.Format(d.Limit.RefillPeriod)}
 	}
 	return out
 }

@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"math/bits"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
 )
 
 // Store kinds, for Options.StoreKind.
@@ -203,7 +203,7 @@ func (s *Stats) ns(name string) *nsStats {
 // the key without the prefix the Limiter writes (len(ns) ":" ns ":"), cut
 // to MaxTopSubjectBytes.
 func subjectOf(ns, key string) string {
-	prefix := strconv.Itoa(len(ns)) + ":" + ns + ":"
+	prefix := keyfmt.Prefix(ns)
 	subject := strings.TrimPrefix(key, prefix)
 	if len(subject) <= MaxTopSubjectBytes {
 		return strings.Clone(subject)
