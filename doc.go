@@ -2,6 +2,41 @@
 // in Redis, so that one limit holds across every process that checks it, or in
 // this process for a single instance and for tests.
 //
+// A limiter of 100 checks a second per subject, on Redis, deciding from a
+// bucket in this process while Redis cannot be reached:
+//
+//	client := redis.NewUniversalClient(redisstore.ClientOptions(&redis.UniversalOptions{
+//		Addrs: []string{"127.0.0.1:6379"},
+//	}))
+//	store, err := fallback.New(redisstore.New(client), fallback.WithOutage(fallback.LocalFallback))
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	go store.ProbeForever(ctx, fallback.DefaultProbeInterval, nil)
+//	limiter, err := ratelimit.New[string](store, ratelimit.PerSecond(100))
+//	if err != nil {
+//		log.Fatal(err) // an invalid policy
+//	}
+//	d, err := limiter.TryAcquire(ctx, "user:42")
+//	switch {
+//	case err != nil: // not decided
+//	case !d.Allowed: // denied: retry after d.RetryAfter
+//	}
+//
+// The package example does the same on the in-process store. Where to start:
+//
+//   - [New] binds a policy to a [Store] and returns a [Limiter]; [NewMulti]
+//     checks several limits as one ("5 a minute and 100 a day").
+//   - A policy is a [Limit]: [PerSecond], [PerMinute], [PerHour], [PerDay],
+//     or any capacity and refill rate.
+//   - [Limiter.TryAcquire] returns a [Decision]; [Limiter.Wait] waits for a
+//     token instead, for outbound calls.
+//   - Stores: memstore.New (in this process), redisstore.New(client) (Redis,
+//     Sentinel or Cluster), and fallback.New(store, ...) for the behaviour
+//     while Redis is down.
+//   - Middleware: httplimit.New (net/http) and grpclimit.New (gRPC server
+//     interceptors).
+//
 // # The algorithm
 //
 // Each subject (a user, an API key, a tenant) has a bucket that holds up to
@@ -31,8 +66,9 @@
 //
 // Checks never wait. Limiter.Wait and WaitN are for callers that throttle
 // their own outbound calls: they check, sleep for RetryAfter, and check again
-// until admitted or the context ends. A waiter polls the shared bucket; it is
-// not a queue.
+// until admitted or the context ends; a wait that would outlast the context's
+// deadline is answered at once. A waiter polls the shared bucket; it is not a
+// queue.
 //
 // # Stores and keys
 //

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 )
@@ -41,9 +42,14 @@ func (l *Limiter[K]) Wait(ctx context.Context, subject K) (Decision, error) {
 //
 // It returns early, having taken nothing, when:
 //
-//   - ctx ends before a check admits the cost: the error is ctx.Err(). WaitN
-//     sleeps even when the wait outlasts ctx's deadline, since the bucket can
-//     fill sooner (a Reset, a policy change); it returns when ctx ends. A
+//   - the wait a denial reports would end after ctx's deadline: WaitN
+//     returns at once, without sleeping, the denial's Decision (its
+//     RetryAfter says how long the wait would have been) and an error that
+//     says "would exceed context deadline" and wraps
+//     context.DeadlineExceeded, so errors.Is(err, context.DeadlineExceeded)
+//     holds as when the deadline has passed. The jitter is left out of a
+//     sleep that would otherwise end after the deadline.
+//   - ctx ends before a check admits the cost: the error is ctx.Err(). A
 //     check that ctx cut off in flight may still have been decided by the
 //     store, as for TryAcquireN.
 //   - the wait could never end: cost outside 1..capacity, or an invalid
@@ -75,8 +81,19 @@ func (l *Limiter[K]) WaitN(ctx context.Context, subject K, cost int64) (Decision
 			return d, nil
 		}
 		wait := max(d.RetryAfter, minWait)
-		wait += time.Duration(l.jitter(int64(wait/10 + time.Millisecond)))
-		if err := l.sleep(ctx, wait); err != nil {
+		jitter := time.Duration(l.jitter(int64(wait/10 + time.Millisecond)))
+		if deadline, ok := ctx.Deadline(); ok {
+			// A context's deadline is on the wall clock, whatever clock
+			// the buckets are decided on (WithClock).
+			left := time.Until(deadline)
+			if wait > left {
+				return d, fmt.Errorf("ratelimit: wait of %v would exceed context deadline: %w", wait, context.DeadlineExceeded)
+			}
+			if wait+jitter > left {
+				jitter = 0
+			}
+		}
+		if err := l.sleep(ctx, wait+jitter); err != nil {
 			return Decision{}, err
 		}
 	}

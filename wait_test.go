@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -203,6 +204,65 @@ func TestWaitEndsWithoutTaking(t *testing.T) {
 			s.clock.Add(500 * time.Millisecond)
 			if d, _ := l.Peek(context.Background(), "k"); !d.Allowed || d.Remaining != 1 {
 				t.Fatalf("after the wait, Peek = %+v; want 1 token (nothing taken)", d)
+			}
+		})
+	}
+}
+
+func TestWaitBeyondTheDeadlineAnswersAtOnce(t *testing.T) {
+	// The context's deadline is on the wall clock, the buckets on the fake
+	// clock; the margins (a minute against an hour, 3 s against 6 s of
+	// jitter) leave the wall clock's few microseconds no say.
+	bg := context.Background()
+	fixed := func(n int64) int64 { return n - 1 } // the largest jitter
+	tests := []struct {
+		name     string
+		limit    ratelimit.Limit
+		timeout  time.Duration
+		exceeded bool
+		sleeps   []time.Duration
+	}{
+		{"a wait of an hour against a minute's deadline: refused at once, nothing slept",
+			ratelimit.PerHour(1), time.Minute, true, nil},
+		{"a wait within the deadline is slept, jitter included",
+			ratelimit.PerMinute(1), time.Hour, false, []time.Duration{time.Minute + 6*time.Second + time.Millisecond - 1}},
+		{"a wait that fits only without its jitter is slept without it",
+			ratelimit.PerMinute(1), time.Minute + 3*time.Second, false, []time.Duration{time.Minute}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, s, store := newWaiter(t, tt.limit, fixed)
+			if d, err := l.TryAcquire(bg, "k"); err != nil || !d.Allowed {
+				t.Fatalf("spending the bucket: %+v, %v", d, err)
+			}
+			ctx, cancel := context.WithTimeout(bg, tt.timeout)
+			defer cancel()
+			before := store.applies.Load()
+			d, err := l.Wait(ctx, "k")
+			if got := s.slept(); !equalDurations(got, tt.sleeps) {
+				t.Fatalf("slept %v, want %v", got, tt.sleeps)
+			}
+			if !tt.exceeded {
+				if err != nil || !d.Allowed {
+					t.Fatalf("Wait = %+v, %v; want admitted", d, err)
+				}
+				return
+			}
+			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "would exceed context deadline") {
+				t.Fatalf("Wait = %v; want an error that says it would exceed the deadline and wraps context.DeadlineExceeded", err)
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("the context ended (%v): Wait did not answer at once", ctx.Err())
+			}
+			if d.Allowed || d.RetryAfter != time.Hour {
+				t.Fatalf("Wait's Decision = %+v; want the denial, RetryAfter 1h", d)
+			}
+			if got := store.applies.Load() - before; got != 1 {
+				t.Fatalf("%d store calls, want 1 (one check, then the answer)", got)
+			}
+			s.clock.Add(time.Hour)
+			if d, _ := l.Peek(bg, "k"); !d.Allowed || d.Remaining != 1 {
+				t.Fatalf("an hour later, Peek = %+v; want the token (nothing taken)", d)
 			}
 		})
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/version"
 )
 
 // runEnv runs the binary to completion with env added to the environment,
@@ -297,7 +298,7 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 	if _, stderr, code := runEnv(t, []string{"RATELIMIT_TIMEOUT=soon"}, "serve", "--listen", "127.0.0.1:0"); code != 2 || !strings.Contains(stderr, "RATELIMIT_TIMEOUT: invalid value for --timeout") {
 		t.Errorf("a bad value from the environment: exit %d %q", code, stderr)
 	}
-	if stdout, _, code := run(t, "--version"); code != 0 || !strings.HasPrefix(stdout, "ratelimit ") || !strings.Contains(stdout, " go1.") {
+	if stdout, _, code := run(t, "--version"); code != 0 || !strings.HasPrefix(stdout, "ratelimit "+version.Version+" ") || !strings.Contains(stdout, " go1.") {
 		t.Errorf("--version: exit %d %q", code, stdout)
 	}
 
@@ -341,7 +342,7 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 		t.Errorf("/readyz: %d %s", r.code, r.raw)
 	}
 	m := metrics(t, p.admin, auth("second")...)
-	wantMetric(t, m, `ratelimit_build_info{goversion="go`, "go_goroutines ", "process_resident_memory_bytes ")
+	wantMetric(t, m, `ratelimit_build_info{goversion="go`, `version="`+version.Version+`"} 1`, "go_goroutines ", "process_resident_memory_bytes ")
 	if strings.Contains(m, "ratelimit_outage_behaviour") {
 		t.Errorf("/metrics shows an outage behaviour for the embedded store")
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/version"
 )
 
 func TestRedisOptions(t *testing.T) {
@@ -227,5 +228,16 @@ func TestFormatDecision(t *testing.T) {
 		if _, err := parseOutage(name); err != nil {
 			t.Errorf("parseOutage(%q): %v", name, err)
 		}
+	}
+}
+
+func TestVersionIsTheRelease(t *testing.T) {
+	var stdout, stderr strings.Builder
+	env := Env{Stdout: &stdout, Stderr: &stderr}
+	if code := Main(context.Background(), []string{"--version"}, env); code != 0 || !strings.HasPrefix(stdout.String(), "ratelimit "+version.Version+" ") {
+		t.Errorf("--version: exit %d, stdout %q; want it to start with %q", code, stdout.String(), "ratelimit "+version.Version+" ")
+	}
+	if Version() != version.Version {
+		t.Errorf("Version() = %q, want %q (ratelimit_build_info and /v1/config report it)", Version(), version.Version)
 	}
 }

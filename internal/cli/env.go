@@ -9,6 +9,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/exactlimit/ratelimit/internal/version"
 )
 
 // envName is the environment variable of a flag: RATELIMIT_ and the flag's
@@ -50,17 +52,17 @@ func setFlags(fs *flagSet) map[string]bool {
 	return set
 }
 
-// Version returns the version of this build: the module version when built
-// by 'go install ...@version', else "(devel)", with the VCS revision when
-// known.
-func Version() string {
-	v := "(devel)"
+// Version returns the release version of this build (internal/version), as
+// ratelimit_build_info and GET /v1/config report it.
+func Version() string { return version.Version }
+
+// revision returns the VCS revision this binary was built from, shortened to
+// 12 digits with "+dirty" when the work tree had changes, or "" when the build
+// does not record one (go install ...@version records none).
+func revision() string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
-		return v
-	}
-	if info.Main.Version != "" {
-		v = info.Main.Version
+		return ""
 	}
 	var rev, dirty string
 	for _, s := range info.Settings {
@@ -73,17 +75,22 @@ func Version() string {
 			}
 		}
 	}
-	if rev != "" && v == "(devel)" {
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		v += " " + rev + dirty
+	if rev == "" {
+		return ""
 	}
-	return v
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	return rev + dirty
 }
 
+// printVersion writes "ratelimit VERSION [REVISION] GOVERSION OS/ARCH".
 func printVersion(w io.Writer) {
-	fmt.Fprintf(w, "ratelimit %s %s %s/%s\n", Version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	v := Version()
+	if rev := revision(); rev != "" {
+		v += " " + rev
+	}
+	fmt.Fprintf(w, "ratelimit %s %s %s/%s\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // newLogger returns the logger of --log-format (text or json) and

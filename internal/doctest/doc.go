@@ -1,0 +1,5 @@
+// Package doctest holds the tests of the documentation: every Go snippet of
+// README.md and docs/*.md compiles, and the first session of the service
+// shown in README.md and docs/service.md gives the answers printed there.
+// It has no code of its own.
+package doctest
