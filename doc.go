@@ -25,8 +25,9 @@
 //
 // The package example does the same on the in-process store. Where to start:
 //
-//   - [New] binds a policy to a [Store] and returns a [Limiter]; [NewMulti]
-//     checks several limits as one ("5 a minute and 100 a day").
+//   - [New] binds a policy to a [Store] and returns a [Limiter] on subjects
+//     of a string type; [NewMulti] checks several limits as one ("5 a minute
+//     and 100 a day"); [NewEncoded] takes subjects of any type.
 //   - A policy is a [Limit]: [PerSecond], [PerMinute], [PerHour], [PerDay],
 //     or any capacity and refill rate.
 //   - [Limiter.TryAcquire] returns a [Decision]; [Limiter.Wait] waits for a
@@ -60,7 +61,7 @@
 // tokens are there) and ResetAfter (the wait until the bucket is full). An error
 // means the check could not be decided: invalid input (wrapping
 // ErrInvalidArgument, reported before any store is called), a malformed stored
-// bucket (ErrCorruptState), or a store that could not be reached. The library
+// bucket (tokenbucket.ErrCorruptState), or a store that could not be reached. The library
 // applies no fallback of its own; package fallback offers the outage behaviours
 // as explicit choices.
 //
@@ -85,7 +86,7 @@
 // By default a store uses its own clock (Redis uses the server's TIME, so every
 // process shares one clock). WithClock injects a clock whose time is passed to
 // the store instead; tests use it to control time on every store without
-// sleeping (WithSleep does the same for Wait's sleeps). Key expiry stays on
+// sleeping. Key expiry stays on
 // the store's own clock: see WithClock. A clock that moves backwards credits
 // nothing; the wait it causes is folded into RetryAfter and the key's expiry.
 //
@@ -101,6 +102,10 @@
 // Policies of the same capacity and the same rate in lowest terms are one
 // policy (Limit.Same).
 //
-// Limiter, TokenBucket and the stores in this module are safe for simultaneous
-// use by multiple goroutines.
+// Limiter, tokenbucket.Bucket and the stores in this module are safe for simultaneous
+// use by multiple goroutines. This package starts no goroutine: a check, a
+// Wait and the denial cache run on the caller's. The goroutines a store
+// starts are in its own documentation (redisstore's sender while checks are
+// queued, fallback's bounded probes). The arithmetic itself, for store
+// authors and single-process use, is package tokenbucket.
 package ratelimit

@@ -237,7 +237,7 @@ func TestWaitBeyondTheDeadlineAnswersAtOnce(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(bg, tt.timeout)
 			defer cancel()
-			before := store.applies.Load()
+			before := store.Applies.Load()
 			d, err := l.Wait(ctx, "k")
 			if got := s.slept(); !equalDurations(got, tt.sleeps) {
 				t.Fatalf("slept %v, want %v", got, tt.sleeps)
@@ -257,7 +257,7 @@ func TestWaitBeyondTheDeadlineAnswersAtOnce(t *testing.T) {
 			if d.Allowed || d.RetryAfter != time.Hour {
 				t.Fatalf("Wait's Decision = %+v; want the denial, RetryAfter 1h", d)
 			}
-			if got := store.applies.Load() - before; got != 1 {
+			if got := store.Applies.Load() - before; got != 1 {
 				t.Fatalf("%d store calls, want 1 (one check, then the answer)", got)
 			}
 			s.clock.Add(time.Hour)

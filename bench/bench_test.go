@@ -52,7 +52,7 @@ func TestQuickRun(t *testing.T) {
 	for _, want := range []string{
 		"### Decisions per second", "### In Redis: redis-benchmark -c 50 -P 16", "### Server cost per decision",
 		"### Redis memory per live subject", "### In-process, GOMAXPROCS=2",
-		"### Issue 9's targets", "### Script cost inside Redis", "Load average (1, 5, 15 min) at the start: ",
+		"### The performance targets", "### Script cost inside Redis", "Load average (1, 5, 15 min) at the start: ",
 	} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q", want)
@@ -78,8 +78,8 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	// Every target is measured by a -quick run (its configurations include
-	// issue 9's), whatever its verdict.
-	targets := report[strings.Index(report, "### Issue 9's targets"):]
+	// the performance targets), whatever its verdict.
+	targets := report[strings.Index(report, "### The performance targets"):]
 	for _, want := range []string{"1. conc 64, 10000 subjects", "2. conc 1, 10000 subjects", "3. in Redis", "4. memstore"} {
 		if !strings.Contains(targets, "| "+want) {
 			t.Errorf("targets table lacks %q", want)

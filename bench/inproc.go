@@ -57,7 +57,7 @@ func localContenders() []localContender {
 				return &rateMap{r: rate.Limit(p.rate), b: int(p.burst), m: make(map[string]*rate.Limiter)}, nil
 			}},
 		{name: "x/time/rate sync.Map",
-			note: "*rate.Limiter per subject in a sync.Map (LoadOrStore on a miss), the lock-free read path issue 9 names",
+			note: "*rate.Limiter per subject in a sync.Map (LoadOrStore on a miss), the lock-free read path",
 			build: func(p policy) (Checker, error) {
 				return &rateSyncMap{r: rate.Limit(p.rate), b: int(p.burst)}, nil
 			}},

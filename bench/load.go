@@ -8,7 +8,7 @@ import (
 )
 
 // quietLoad is the largest load average at which the figures are worth
-// quoting (issue 9): above it, other work on the machine takes CPU from the
+// quoting: above it, other work on the machine takes CPU from the
 // client and from Redis, and the run measures that as much as the limiters.
 const quietLoad = 0.5
 

@@ -16,7 +16,7 @@ import (
 // SkeletonScript is the least any server-clock bucket kept in one key can
 // do: read the server's TIME, GET the key and SET it back with an expiry,
 // deciding nothing. ARGV[1] is the expiry in ms. It is the yardstick of
-// issue 9's target 3 (our script at least 0.8× its rate).
+// target 3 (our script at least 0.8× its rate).
 const SkeletonScript = `local t = redis.call('TIME')
 redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], t[1] .. t[2], 'PX', ARGV[1])

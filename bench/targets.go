@@ -7,7 +7,7 @@ import (
 	"strconv"
 )
 
-// The configuration issue 9's targets are stated in.
+// The configuration the performance targets are stated in.
 const (
 	targetConc          = 64
 	targetSubjects      = 10000
@@ -74,7 +74,7 @@ func missing(name, bound, why string) target {
 	return target{name: name, measured: why, value: "–", bound: bound}
 }
 
-// targets computes issue 9's targets 1 to 4 from the sections measured in
+// targets computes the performance targets 1 to 4 from the sections measured in
 // this run: throughput (1, 2), ceiling (3) and local (4). A target whose
 // section or configuration was not run is "not measured", with the flags
 // that would measure it.
@@ -179,10 +179,10 @@ func (rep *report) targets() []target {
 	return ts
 }
 
-// writeTargets writes the table of issue 9's targets.
+// writeTargets writes the table of the performance targets.
 func (rep *report) writeTargets(w io.Writer) {
 	ts := rep.targets()
-	fmt.Fprintf(w, "### Issue 9's targets (this run)\n\n")
+	fmt.Fprintf(w, "### The performance targets (this run)\n\n")
 	if rep.warning != "" {
 		fmt.Fprintf(w, "**%s**\n\n", rep.warning)
 	}
