@@ -70,7 +70,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "listen on `ADDR` (host:port; port 0 picks a free one)")
 	fs.StringVar(&f.config, "config", "", "YAML `FILE` of namespaces and their limits, reloaded on SIGHUP")
 	f.redis.register(fs)
-	fs.StringVar(&f.outage, "outage", "fail-closed", "what a check does while Redis is unreachable: fail-closed (503), fail-open, local-fallback or return-error")
+	fs.StringVar(&f.outage, "outage", "return-error", "what a check does while Redis is unreachable: return-error (503, the default everywhere), fail-closed (503), fail-open or local-fallback")
 	fs.IntVar(&f.fleet, "fleet-size", 1, "with --outage local-fallback, the number `N` of replicas sharing the policy: each admits 1/N of it during an outage")
 	fs.DurationVar(&f.timeout, "timeout", 500*time.Millisecond, "bound on each check against the store")
 	fs.StringVar(&f.tokenFile, "token-file", "", "require the bearer token in `FILE` on /v1/ and /metrics (or set RATELIMIT_TOKEN)")
