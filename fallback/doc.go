@@ -58,8 +58,8 @@
 // # Which errors mark the primary down
 //
 // IsUnreachable is the default classification: refused, reset and aborted
-// connections, EOF, network and I/O timeouts, a context deadline that expired
-// while the primary was being asked, a connection pool timeout, and the
+// connections, EOF, network and I/O timeouts, WithTimeout's own deadline
+// expiring while the primary was being asked, a connection pool timeout, and the
 // replies with which Redis says it cannot serve the key right now (LOADING,
 // MASTERDOWN, CLUSTERDOWN, TRYAGAIN). Not an invalid argument, not a corrupt
 // bucket (tokenbucket.ErrCorruptState), not a refusal of credentials
