@@ -47,7 +47,7 @@ var ErrKeyTooLong = clientkey.ErrKeyTooLong
 // service bounds a subject, and as grpclimit bounds a call's: a longer key (from RawHeader,
 // Join or any KeyFunc) is refused with ErrKeyTooLong rather than stored, and
 // so is a Header value longer than this before it is hashed.
-const MaxKeyBytes = clientkey.MaxBytes
+const MaxKeyBytes = 1024
 
 // DefaultTimeout bounds each check when WithTimeout does not set another,
 // as the ratelimit service's --timeout does: a store that hangs costs a

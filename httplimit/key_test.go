@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/clientkey"
 	"github.com/exactlimit/ratelimit/internal/redistest"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/redisstore"
@@ -348,4 +349,10 @@ func TestRouteInsideAndAroundTheMux(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestMaxKeyBytesIsTheSharedBound(t *testing.T) {
+	if MaxKeyBytes != clientkey.MaxBytes {
+		t.Fatalf("MaxKeyBytes %d, the bound the key functions check %d", MaxKeyBytes, clientkey.MaxBytes)
+	}
 }
