@@ -177,7 +177,7 @@ func TestOperatorPage(t *testing.T) {
 				}
 			}
 		}
-		if got := pg.field(t, "login", "policy"); got != "5 per 1m0s, burst 5" {
+		if got := pg.field(t, "login", "policy"); got != "5 per 1m, burst 5" {
 			t.Errorf("login's policy: %q", got)
 		}
 		for id, want := range map[string]string{

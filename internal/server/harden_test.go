@@ -283,7 +283,7 @@ func TestConfigEndpointAndToken(t *testing.T) {
 	}
 	res := call(t, h, "GET", "/v1/config", "", "Authorization", "Bearer one")
 	login, _ := res.json["namespaces"].(map[string]any)["login"].(map[string]any)
-	if res.code != 200 || login["capacity"] != 5.0 || login["refill_period"] != "1m0s" || res.json["version"] != "v1.2.3" {
+	if res.code != 200 || login["capacity"] != 5.0 || login["refill_period"] != "1m" || res.json["version"] != "v1.2.3" {
 		t.Errorf("/v1/config: %d %s", res.code, res.body)
 	}
 	if _, ok := res.json["outage"]; ok {
