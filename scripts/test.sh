@@ -79,8 +79,15 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 
-log "go test -race -count=1 -shuffle=on ./... $*"
-go test -race -count=1 -shuffle=on ./... "$@"
+# Package fallback's fault tests hold outage figures to bounds of a few
+# hundred milliseconds (a breaker open within the deadline plus one probe
+# interval, other masters' checks within their 200 ms deadline). Run beside
+# every other package on two cores they can be starved of CPU for longer
+# than that, so they run on their own, after the rest.
+log "go test -race -count=1 -shuffle=on (every package but ./fallback) $*"
+go test -race -count=1 -shuffle=on $(go list ./... | grep -v '/fallback$') "$@"
+log "go test -race -count=1 -shuffle=on ./fallback $*"
+go test -race -count=1 -shuffle=on ./fallback "$@"
 
 if [ -f bench/go.mod ]; then
 	log "nested module ./bench: go vet and go test"
