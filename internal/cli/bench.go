@@ -28,21 +28,56 @@ store. SIGINT ends the run early and still prints the report.
 The buckets live in namespace --namespace ("bench"): point it at a Redis that
 no service shares that namespace with.`
 
-type benchFlags struct {
-	redis                 redisFlags
+// loadFlags are the flags of both load generators (bench and envoy-bench):
+// how many at once, over how many subjects, for how long.
+type loadFlags struct {
 	concurrency, subjects int
-	duration, per         time.Duration
-	rate, burst, cost     int64
-	namespace, progress   string
+	duration              time.Duration
+}
+
+// register adds the flags, with the defaults of the command.
+func (f *loadFlags) register(fs *flagSet, concurrency, subjects int, inFlight, drawn string) {
+	fs.IntVar(&f.concurrency, "concurrency", concurrency, inFlight)
+	fs.IntVar(&f.subjects, "subjects", subjects, drawn)
+	fs.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run")
+}
+
+// check refuses positional arguments and values out of range.
+func (f *loadFlags) check(cmd string, pos []string) error {
+	switch {
+	case len(pos) > 0:
+		return usagef("unexpected argument %q (%s takes only flags)", pos[0], cmd)
+	case f.concurrency < 1 || f.concurrency > 100_000:
+		return usagef("--concurrency must be between 1 and 100000 (got %d)", f.concurrency)
+	case f.subjects < 1 || f.subjects > 100_000_000:
+		return usagef("--subjects must be between 1 and 100000000 (got %d)", f.subjects)
+	case f.duration <= 0:
+		return usagef("--duration must be positive (got %v)", f.duration)
+	}
+	return nil
+}
+
+// run returns the context of the run: it ends after --duration, or at the
+// first SIGINT or SIGTERM (the report is still printed).
+func (f *loadFlags) run(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(ctx, f.duration)
+	return ctx, func() { cancel(); stop() }
+}
+
+type benchFlags struct {
+	redis               redisFlags
+	load                loadFlags
+	per                 time.Duration
+	rate, burst, cost   int64
+	namespace, progress string
 }
 
 func runBench(ctx context.Context, env Env, args []string) error {
 	var f benchFlags
 	fs := newFlagSet(env, "bench", "[flags]", benchAbout)
 	f.redis.register(fs)
-	fs.IntVar(&f.concurrency, "concurrency", 16, "goroutines checking at the same time")
-	fs.IntVar(&f.subjects, "subjects", 1000, "distinct subjects, drawn uniformly")
-	fs.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run")
+	f.load.register(fs, 16, 1000, "goroutines checking at the same time", "distinct subjects, drawn uniformly")
 	fs.Int64Var(&f.rate, "rate", 100, "tokens added to each bucket every --per")
 	fs.DurationVar(&f.per, "per", time.Second, "refill period")
 	fs.Int64Var(&f.burst, "burst", 0, "bucket capacity (default --rate)")
@@ -53,16 +88,10 @@ func runBench(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case len(pos) > 0:
-		return usagef("unexpected argument %q (bench takes only flags)", pos[0])
-	case f.concurrency < 1 || f.concurrency > 100_000:
-		return usagef("--concurrency must be between 1 and 100000 (got %d)", f.concurrency)
-	case f.subjects < 1 || f.subjects > 100_000_000:
-		return usagef("--subjects must be between 1 and 100000000 (got %d)", f.subjects)
-	case f.duration <= 0:
-		return usagef("--duration must be positive (got %v)", f.duration)
-	case f.progress != "auto" && f.progress != "on" && f.progress != "off":
+	if err := f.load.check("bench", pos); err != nil {
+		return err
+	}
+	if f.progress != "auto" && f.progress != "on" && f.progress != "off" {
 		return usagef("--progress %q: want auto, on or off", f.progress)
 	}
 	if f.burst == 0 {
@@ -88,16 +117,14 @@ func runBench(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	runCtx, cancel := context.WithTimeout(ctx, f.duration)
+	runCtx, cancel := f.load.run(ctx)
 	defer cancel()
 
 	showProgress := f.progress == "on" || f.progress == "auto" && env.StderrTTY
 	fmt.Fprintf(env.Stdout, "bench: %s, %d goroutines, %d subjects, policy (%v), cost %d, %v\n",
-		st.name, f.concurrency, f.subjects, limit, f.cost, f.duration)
+		st.name, f.load.concurrency, f.load.subjects, limit, f.cost, f.load.duration)
 	res := bench(runCtx, lim, f, showProgress, env.Stderr)
-	res.report(env.Stdout, f.subjects)
+	res.report(env.Stdout, f.load.subjects)
 	if res.errors > 0 && res.allowed+res.denied == 0 {
 		return fmt.Errorf("every check failed; the first error: %v", res.firstErr)
 	}
@@ -121,12 +148,12 @@ type benchResult struct {
 }
 
 func bench(ctx context.Context, lim *ratelimit.Limiter[string], f benchFlags, progress bool, stderr io.Writer) benchResult {
-	subjects := make([]string, f.subjects)
+	subjects := make([]string, f.load.subjects)
 	for i := range subjects {
 		subjects[i] = "s" + strconv.Itoa(i)
 	}
-	touched := make([]atomic.Uint32, (f.subjects+31)/32)
-	workers := make([]worker, f.concurrency)
+	touched := make([]atomic.Uint32, (f.load.subjects+31)/32)
+	workers := make([]worker, f.load.concurrency)
 	start := time.Now()
 	end, _ := ctx.Deadline()
 	var wg sync.WaitGroup

@@ -7,12 +7,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"os"
-	"os/signal"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -39,11 +36,11 @@ embedded store or the --redis one. SIGINT ends the run early and still prints
 the report.`
 
 type envoyBenchFlags struct {
-	redis                        redisFlags
-	target, domain, key          string
-	concurrency, conns, subjects int
-	rate                         int64
-	duration                     time.Duration
+	redis               redisFlags
+	load                loadFlags
+	target, domain, key string
+	conns               int
+	rate                int64
 }
 
 func runEnvoyBench(ctx context.Context, env Env, args []string) error {
@@ -51,24 +48,21 @@ func runEnvoyBench(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet(env, "envoy-bench", "[flags]", envoyBenchAbout)
 	fs.StringVar(&f.target, "target", "", "drive the rate limit service at `ADDR` (default: start one in this process)")
 	f.redis.register(fs)
-	fs.IntVar(&f.concurrency, "concurrency", 64, "calls in flight at the same time")
+	f.load.register(fs, 64, 10_000, "calls in flight at the same time", "distinct descriptor values, drawn uniformly")
 	fs.IntVar(&f.conns, "conns", 4, "gRPC connections the calls are spread over")
-	fs.IntVar(&f.subjects, "subjects", 10_000, "distinct descriptor values, drawn uniformly")
 	fs.Int64Var(&f.rate, "rate", 1000, "without --target, the rule's requests_per_unit (unit second)")
-	fs.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run")
 	fs.StringVar(&f.domain, "domain", "bench", "the request's domain")
 	fs.StringVar(&f.key, "key", "subject", "the descriptor's key")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
+	if err := f.load.check("envoy-bench", pos); err != nil {
+		return err
+	}
 	switch {
-	case len(pos) > 0:
-		return usagef("unexpected argument %q (envoy-bench takes only flags)", pos[0])
-	case f.concurrency < 1 || f.conns < 1 || f.subjects < 1:
-		return usagef("--concurrency, --conns and --subjects must be at least 1")
-	case f.duration <= 0:
-		return usagef("--duration must be positive (got %v)", f.duration)
+	case f.conns < 1:
+		return usagef("--conns must be at least 1 (got %d)", f.conns)
 	case f.target != "" && len(f.redis.urls) > 0:
 		return usagef("--redis applies only without --target (the target has its store)")
 	case f.rate < 1 || f.rate > 1<<32-1:
@@ -93,12 +87,10 @@ func runEnvoyBench(ctx context.Context, env Env, args []string) error {
 		defer c.Close()
 		conns[i] = c
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, f.duration)
+	ctx, cancel := f.load.run(ctx)
 	defer cancel()
 	fmt.Fprintf(env.Stdout, "target      %s\nworkload    domain %s, key %s over %d values, concurrency %d, %d connections, %v\n",
-		where, f.domain, f.key, f.subjects, f.concurrency, f.conns, f.duration)
+		where, f.domain, f.key, f.load.subjects, f.load.concurrency, f.conns, f.load.duration)
 	res := envoyBench(ctx, f, conns)
 	res.report(env.Stdout)
 	return nil
@@ -142,7 +134,7 @@ type envoyBenchResult struct {
 }
 
 func envoyBench(ctx context.Context, f envoyBenchFlags, conns []*grpc.ClientConn) envoyBenchResult {
-	reqs := make([]*rlsv3.RateLimitRequest, f.subjects)
+	reqs := make([]*rlsv3.RateLimitRequest, f.load.subjects)
 	for i := range reqs {
 		reqs[i] = &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlv3.RateLimitDescriptor{
 			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: f.key, Value: "s" + strconv.Itoa(i)}}},
@@ -153,7 +145,7 @@ func envoyBench(ctx context.Context, f envoyBenchFlags, conns []*grpc.ClientConn
 		hist             histogram
 		firstErr         error
 	}
-	workers := make([]worker, f.concurrency)
+	workers := make([]worker, f.load.concurrency)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range workers {
