@@ -79,13 +79,13 @@ func exec(ctx context.Context, c redis.UniversalClient, key string, argv ...any)
 		return nil, err
 	}
 	v, ok := res.([]any)
-	if !ok || len(v) != 1 {
-		return nil, fmt.Errorf("a reply of %d entries to a call of one key: %v", len(v), res)
+	if !ok || len(v) != 1+script.ReplyLen {
+		return nil, fmt.Errorf("a reply of %d values to a call of one key: %v", len(v), res)
 	}
-	if err, ok := v[0].(error); ok {
+	if err, ok := v[1].(error); ok {
 		return nil, err
 	}
-	return v[0], nil
+	return v[1:], nil
 }
 
 func lim(capacity, refill int64, period time.Duration) ratelimit.Limit {

@@ -38,7 +38,7 @@ var SHA = func() string {
 var ErrUnexpectedReply = errors.New("redisstore: unexpected script reply")
 
 // ReplyLen is the number of integers of one key's entry in the script's
-// reply.
+// reply (which begins with it).
 const ReplyLen = 5
 
 // Args returns the script's ARGV for one check of r, which must be valid:
@@ -143,33 +143,38 @@ func lenOf(m *map[ratelimit.Limit]any) int {
 // ParseReply turns the script's reply to a call of one check of r into a
 // Decision.
 func ParseReply(r ratelimit.Request, reply any) (ratelimit.Decision, error) {
-	v, ok := reply.([]any)
-	if !ok || len(v) != 1 {
-		return ratelimit.Decision{}, Unexpected(reply)
+	v, err := Entries(reply, 1)
+	if err != nil {
+		return ratelimit.Decision{}, err
 	}
 	return ParseAt(r, v[0], reply)
 }
 
-// Entries returns the k entries of a reply to a call of k checks (see
-// ParseAt), or an error wrapping ErrUnexpectedReply.
+// Entries splits a reply to a call of k checks into its k entries, one per
+// key, for ParseAt; a reply of another shape is an error wrapping
+// ErrUnexpectedReply.
 func Entries(reply any, k int) ([]any, error) {
 	v, ok := reply.([]any)
-	if !ok || len(v) != k {
+	if !ok || len(v) != 1+ReplyLen*k || v[0] != any(int64(ReplyLen)) {
 		return nil, Unexpected(reply)
 	}
-	return v, nil
+	entries := make([]any, k)
+	for i := range entries {
+		entries[i] = v[1+i*ReplyLen : 1+(i+1)*ReplyLen]
+	}
+	return entries, nil
 }
 
-// ParseAt reads one key's entry of a reply, entry, as the decision of a
-// check of r: the key's error (as the script words it, for the caller to
-// wrap), or its ReplyLen integers.
+// ParseAt reads one key's entry of a reply (see Entries) as the decision of
+// a check of r: the key's error (as the script words it, for the caller to
+// wrap), or the decision its ReplyLen integers give.
 func ParseAt(r ratelimit.Request, entry, reply any) (ratelimit.Decision, error) {
-	if err, ok := entry.(error); ok {
-		return ratelimit.Decision{}, err
-	}
 	v, ok := entry.([]any)
 	if !ok || len(v) != ReplyLen {
 		return ratelimit.Decision{}, Unexpected(reply)
+	}
+	if err, ok := v[0].(error); ok {
+		return ratelimit.Decision{}, err
 	}
 	var n [ReplyLen]int64
 	for i := range n {

@@ -73,11 +73,12 @@ func TestTheScriptAndDecodeStateRefuseTheSameValues(t *testing.T) {
 
 func TestAnUnexpectedReplyWrapsItsSentinel(t *testing.T) {
 	r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(10)}, Cost: 1}
-	entry := func(v ...any) []any { return []any{v} }
+	entry := func(v ...any) []any { return append([]any{int64(script.ReplyLen)}, v...) }
+	ok := entry(int64(1), int64(2), int64(0), int64(0), int64(0))
 	for _, reply := range []any{
-		nil, "OK", []any{int64(1)}, []any{int64(1), int64(2), int64(0), int64(0), int64(0)}, entry(int64(1), int64(2), "x", int64(0), int64(0)),
+		nil, "OK", []any{int64(1)}, ok[1:], entry(int64(1), int64(2), "x", int64(0), int64(0)),
 		entry(int64(1), int64(2), int64(0)), entry(int64(4), int64(1), int64(0), int64(0), int64(0)), entry(int64(-1), int64(1), int64(0), int64(0), int64(0)),
-		[]any{entry(int64(1), int64(2), int64(0), int64(0), int64(0))[0], entry(int64(1), int64(2), int64(0), int64(0), int64(0))[0]},
+		append(ok, ok[1:]...), append([]any{int64(6)}, ok[1:]...),
 	} {
 		if _, err := script.ParseReply(r, reply); !errors.Is(err, redisstore.ErrUnexpectedReply) {
 			t.Errorf("ParseReply(%v) = %v, want ErrUnexpectedReply", reply, err)

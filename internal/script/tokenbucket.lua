@@ -24,12 +24,14 @@
 -- 1 ms. A value of another version is refused as malformed: a release that changes the format
 -- gives it a new version number and reads this one, version 1, with its own reader.
 --
--- Reply: an array of K entries, one per key in the order of KEYS: an array of 5 integers
--- (flags: 1 its own bucket holds the cost, 2 another policy wrote the bucket, plus 4 times the
--- index of the binding limit, from 0; remaining tokens; reset after (µs); retry after (µs); the
--- clock's catch-up (µs: the bucket's last minus now, when the clock is behind it)), or the
--- key's error. The caller adds the catch-up to each wait that is not 0 (the sum can pass 2^53).
--- In "all" mode a key with an error is not allowed, so nothing is taken.
+-- Reply: an array of 1 + 5K integers: the number of integers per key, 5, then per key, in the
+-- order of KEYS: flags (1: its own bucket holds the cost; 2: another policy wrote the bucket;
+-- plus 4 times the index of the binding limit, from 0), remaining tokens, reset after (µs), retry
+-- after (µs), and the clock's catch-up (µs: the bucket's last minus now, when the clock is
+-- behind it); or, for a key that has an error, the error in place of its flags (and 0 for the
+-- rest). The caller adds the catch-up to each wait that is not 0 (the sum can pass 2^53). A
+-- later format can give each key more integers behind the count. In "all" mode a key with an
+-- error is not allowed, so nothing is taken.
 -- Errors: "ratelimit: invalid argument: malformed argument" (for a key, or for the whole call
 -- when ARGV[1] or ARGV[2] is), where the caller has already checked the request (Go's
 -- Request.Validate gives the reason); "ratelimit: malformed bucket state: <what>" for a key.
@@ -38,16 +40,11 @@
 -- 0 <= a <= 2^53 and b >= 1, (a - a % b) / b is floor(a / b) or, only near 2^53, one more,
 -- which the test "q * b > a" corrects; the same with "q * b < a" gives the ceiling.
 --
--- Cost (callgrind, Redis instructions per decision, one limit): the functions below cost a few
--- hundred instructions per key over the same code written inline; the policy of a call is
--- decoded once per distinct policy string.
-
-local MAX = 9007199254740992     -- 2^53
-local MAXTIME = 4503599627370496 -- 2^52
-local VERSION = 1
-local MALFORMED = 'ratelimit: invalid argument: malformed argument'
-local CORRUPT = 'ratelimit: malformed bucket state: '
-local floor, unpack, pack = math.floor, struct.unpack, struct.pack
+-- Cost: Redis runs this body on every call, and every object it makes (a table, a string, a
+-- closure, an upvalue) is made and collected again each time, some 500 instructions apiece
+-- (callgrind): the functions below are the twins of Go's, each a closure per call; a key's
+-- limits, bands and levels are tables; step returns its reply's integers rather than a table; a
+-- policy string is decoded once per call.
 
 -- arith.CeilDiv: ⌈a/b⌉ for b >= 1, 0 for a <= 0.
 local function ceilDiv(a, b)
@@ -80,128 +77,102 @@ local function carry(rem, p, q)
   if d * q == p then return floorDiv(rem, d) end
   d = floorDiv(q, p)
   if d * p == q then return rem * d end
-  local v = floor(rem / p * q) - 2
+  local v = math.floor(rem / p * q) - 2
   if v < 0 then return 0 end
   return v
 end
 
--- A limit's values are exact: Limit.Validate's rules, which Go has already checked.
-local function exact(c, r, p)
-  return c >= 1 and r >= 1 and p >= 1 and c <= MAX and r <= MAX and p <= MAX and c <= MAX / p
-end
-
--- policyOf decodes a policy argument into its limits {c, r, p}, or nil when it is malformed.
-local function policyOf(pol)
-  local n = #pol
-  if n < 22 then return nil end
-  local m, c, r, p = unpack('>BI7I7I7', pol)
-  if m < 1 or m > 8 or n ~= 1 + 21 * m then return nil end
-  local limits = {}
-  for i = 1, m do
-    if i > 1 then
-      c, r, p = unpack('>I7I7I7', pol, 2 + 21 * (i - 1))
-    end
-    if not exact(c, r, p) then return nil end
-    limits[i] = {c = c, r = r, p = p}
-  end
-  return limits
-end
-
--- bandsOf decodes a stored value into its last and its bands {l = {c, r, p}, level}, or nil and
--- what is wrong with it (DecodeState's rules).
-local function bandsOf(raw)
-  local n = #raw
-  if n < 36 then return nil, 'too short' end
-  if (n - 8) % 28 ~= 0 or n > 8 + 28 * 8 then return nil, 'wrong number of fields' end
-  local v, last = unpack('>BI7', raw)
-  if v ~= VERSION then return nil, 'unknown version' end
-  if last > MAXTIME then return nil, 'time out of range' end
-  local bands = {}
-  for k = 1, (n - 8) / 28 do
-    local level, c, r, p = unpack('>I7I7I7I7', raw, 9 + 28 * (k - 1))
-    if not exact(c, r, p) or level > c * p then return nil, 'field out of range' end
-    bands[k] = {l = {c = c, r = r, p = p}, level = level}
-  end
-  return last, bands
-end
-
--- step decides a check of cost (negative: ask, take nothing) on the bucket raw (false: none) at
--- now, as Step does, up to the decision: it returns the key's state {limits, cost, need, levels,
--- t0, back, converted, allowed}, or nil and the error.
-local function step(limits, cost, raw, now)
+-- step decides a check of cost (negative: ask, take nothing) of limits on the bucket at key at
+-- now, as Step does, and when take is true and it is allowed takes the cost and writes the
+-- bucket: it returns the key's 5 integers of the reply (see the header), or nil and its error.
+local function step(key, limits, cost, now, take)
+  -- (Locals, not upvalues: Redis runs the script's body on every call, and each upvalue is an
+  -- object made and collected per call.)
+  local MAX, MAXTIME, VERSION = 9007199254740992, 4503599627370496, 1
+  local CORRUPT = 'ratelimit: malformed bucket state: '
   local need = cost
   if need < 0 then need = -need end
-  for i = 1, #limits do
-    if need > limits[i].c then return nil, MALFORMED end
+  local n = #limits
+  for i = 1, n do
+    if need > limits[i].c then return nil, 'ratelimit: invalid argument: malformed argument' end
   end
-  local s = {limits = limits, cost = cost, need = need, levels = {}, t0 = now, back = 0, converted = false}
-  local levels = s.levels
-  local exists = false
-  local stored, bands = {}, nil
+  take = take and cost > 0
+
+  -- The stored bucket (DecodeState's rules): each band is its limit's c, r and p, and its level,
+  -- refilled at the rate of the limit that wrote it.
+  local ok, raw = pcall(redis.call, 'GET', key)
+  if not ok then return nil, CORRUPT .. 'not a string' end
+  local t0, back, converted, exists = now, 0, false, false
+  local bands, m = nil, 0
   if raw then
-    local last, what = bandsOf(raw)
-    if not last then return nil, CORRUPT .. what end
-    bands = what
+    local len = #raw
+    if len < 36 then return nil, CORRUPT .. 'too short' end
+    m = (len - 8) / 28
+    if m % 1 ~= 0 or m > 8 then return nil, CORRUPT .. 'wrong number of fields' end
+    local v, last = struct.unpack('>BI7', raw)
+    if v ~= VERSION then return nil, CORRUPT .. 'unknown version' end
+    if last > MAXTIME then return nil, CORRUPT .. 'time out of range' end
     if last > now then
-      s.t0, s.back = last, last - now
+      t0, back = last, last - now
     end
-    exists = false
-    for k = 1, #bands do
-      local b = bands[k]
-      stored[k] = refill(b.l, b.level, s.t0 - last)
-      if stored[k] ~= b.l.c * b.l.p then exists = true end
+    bands = {}
+    for k = 1, m do
+      local level, c, r, p = struct.unpack('>I7I7I7I7', raw, 9 + 28 * (k - 1))
+      if c < 1 or r < 1 or p < 1 or c > MAX or r > MAX or p > MAX or c > MAX / p or level > c * p then
+        return nil, CORRUPT .. 'field out of range'
+      end
+      local b = {c = c, r = r, p = p, level = level}
+      b.level = refill(b, level, t0 - last)
+      if b.level ~= c * p then exists = true end
+      bands[k] = b
     end
     if not exists then
       -- Full by now: the same as a missing bucket, decided at now.
-      s.t0, s.back = now, 0
+      t0, back = now, 0
     end
   end
 
+  local levels = {}
   if not exists then
-    for i = 1, #limits do
-      local l = limits[i]
-      levels[i] = l.c * l.p
+    for i = 1, n do
+      levels[i] = limits[i].c * limits[i].p
     end
   else
-    local m = #bands
-    local fewest = -1
-    for k = 1, m do
-      local tok = floorDiv(stored[k], bands[k].l.p)
-      if fewest < 0 or tok < fewest then fewest = tok end
-    end
     -- First each limit takes the band it wrote, then each limit left takes the next band left:
     -- a changed limit carries over the band it replaces, at no more than its own capacity. A
     -- limit with no band left takes the bucket's fewest whole tokens.
-    local used, match, matched = {}, {}, 0
-    for i = 1, #limits do
+    local matched = 0
+    for i = 1, n do
       local l = limits[i]
       for k = 1, m do
-        local h = bands[k].l
-        if not used[k] and h.c == l.c and h.r == l.r and h.p == l.p then
-          match[i], used[k], matched = k, true, matched + 1
+        local b = bands[k]
+        if not b.used and b.c == l.c and b.r == l.r and b.p == l.p then
+          levels[i], b.used, matched = b.level, true, matched + 1
           break
         end
       end
     end
-    s.converted = matched ~= #limits or matched ~= m
+    converted = matched ~= n or matched ~= m
     local nextband = 1
-    for i = 1, #limits do
+    for i = 1, n do
       local l = limits[i]
-      if match[i] then
-        levels[i] = stored[match[i]]
-      else
-        local tok = fewest
-        while nextband <= m and used[nextband] do
+      if not levels[i] then
+        while nextband <= m and bands[nextband].used do
           nextband = nextband + 1
         end
-        if nextband <= m then
+        local b, tok = bands[nextband], nil
+        if b then
           -- The band it replaces: its whole tokens, and the part of a token it had, in this
           -- limit's units.
-          used[nextband] = true
-          local hp = bands[nextband].l.p
-          tok = floorDiv(stored[nextband], hp)
+          b.used = true
+          tok = floorDiv(b.level, b.p)
           if tok < l.c then
-            levels[i] = tok * l.p + carry(stored[nextband] - tok * hp, hp, l.p)
+            levels[i] = tok * l.p + carry(b.level - tok * b.p, b.p, l.p)
+          end
+        else
+          for k = 1, m do
+            local t = floorDiv(bands[k].level, bands[k].p)
+            if tok == nil or t < tok then tok = t end
           end
         end
         if not levels[i] then
@@ -212,38 +183,32 @@ local function step(limits, cost, raw, now)
     end
   end
 
-  s.allowed = true
-  for i = 1, #limits do
+  local allowed = true
+  for i = 1, n do
     if levels[i] < need * limits[i].p then
-      s.allowed = false
+      allowed = false
       break
     end
   end
-  return s
-end
-
--- finish takes the cost from s's bands when take is true and writes the bucket at key, and
--- returns the key's reply (see the header).
-local function finish(s, key, take)
-  local limits, levels = s.limits, s.levels
+  take = take and allowed
   local remaining, bound, retry, reset = -1, 1, 0, 0
   local value
   if take then
-    value = pack('>BI7', VERSION, s.t0)
+    value = struct.pack('>BI7', VERSION, t0)
   end
-  for i = 1, #limits do
+  for i = 1, n do
     local l = limits[i]
     if take then
-      levels[i] = levels[i] - s.cost * l.p
-      value = value .. pack('>I7I7I7I7', levels[i], l.c, l.r, l.p)
+      levels[i] = levels[i] - cost * l.p
+      value = value .. struct.pack('>I7I7I7I7', levels[i], l.c, l.r, l.p)
     end
     local tok = floorDiv(levels[i], l.p)
     if remaining < 0 or tok < remaining then
       remaining = tok
-      if s.allowed then bound = i end
+      if allowed then bound = i end
     end
-    if not s.allowed and levels[i] < s.need * l.p then
-      local w = ceilDiv(s.need * l.p - levels[i], l.r)
+    if not allowed and levels[i] < need * l.p then
+      local w = ceilDiv(need * l.p - levels[i], l.r)
       if w > retry then
         retry, bound = w, i
       end
@@ -253,8 +218,8 @@ local function finish(s, key, take)
   end
   if take then
     -- The key lives until the bucket is full: (reset + back) / 1 ms, rounded up once.
-    local rr, rb = reset % 1000, s.back % 1000
-    local ms = (reset - rr) / 1000 + (s.back - rb) / 1000
+    local rr, rb = reset % 1000, back % 1000
+    local ms = (reset - rr) / 1000 + (back - rb) / 1000
     if rr + rb > 1000 then
       ms = ms + 2
     elseif rr + rb > 0 then
@@ -264,29 +229,13 @@ local function finish(s, key, take)
     redis.call('SET', key, value, 'PX', ms)
   end
   local flags = 4 * (bound - 1)
-  if s.allowed then flags = flags + 1 end
-  if s.converted then flags = flags + 2 end
-  return {flags, remaining, reset, retry, s.back}
+  if allowed then flags = flags + 1 end
+  if converted then flags = flags + 2 end
+  return flags, remaining, reset, retry, back
 end
 
--- check decodes key j's arguments and reads its bucket: the key's state, or nil and its error.
--- policies keeps the limits of each policy string of the call, decoded once.
-local function check(j, now, policies)
-  local cost, pol = tonumber(ARGV[1 + 2 * j]), ARGV[2 + 2 * j]
-  if cost == nil or cost ~= cost or cost == 0 or cost % 1 ~= 0 or pol == nil then
-    return nil, MALFORMED
-  end
-  local limits = policies[pol]
-  if limits == nil then
-    limits = policyOf(pol) or false
-    policies[pol] = limits
-  end
-  if not limits then return nil, MALFORMED end
-  local ok, raw = pcall(redis.call, 'GET', KEYS[j])
-  if not ok then return nil, CORRUPT .. 'not a string' end
-  return step(limits, cost, raw, now)
-end
-
+local MAX, MAXTIME = 9007199254740992, 4503599627370496 -- 2^53, 2^52
+local MALFORMED = 'ratelimit: invalid argument: malformed argument'
 local now, mode = ARGV[1], ARGV[2]
 if #ARGV ~= 2 + 2 * #KEYS or (mode ~= 'each' and mode ~= 'all') then
   return redis.error_reply(MALFORMED)
@@ -301,32 +250,52 @@ else
   end
 end
 
-local policies, reply = {}, {}
-if mode == 'each' then
+-- "each" decides every key in one pass, taking what it allows. "all" is StepAll: a first pass
+-- decides every key without taking, and only when every one is allowed a second pass decides
+-- them again, taking their costs.
+local reply, policies = {5}, nil
+if #KEYS > 1 then policies = {} end
+local passes, all = 1, true
+if mode == 'all' then passes = 2 end
+for pass = 1, passes do
+  if not all then break end
   for j = 1, #KEYS do
-    local s, err = check(j, now, policies)
-    if s then
-      reply[j] = finish(s, KEYS[j], s.allowed and s.cost > 0)
-    else
-      reply[j] = {err = err}
+    -- Key j's cost and limits: its policy string decoded once per call (with several keys),
+    -- each limit's c, r and p checked by Limit.Validate's rules (which Go has already checked).
+    local cost, pol = tonumber(ARGV[1 + 2 * j]), ARGV[2 + 2 * j]
+    if cost ~= nil and (cost ~= cost or cost == 0 or cost % 1 ~= 0) then cost = nil end
+    local limits = policies and policies[pol]
+    if limits == nil then
+      limits = false
+      local len = #pol
+      local n = len >= 22 and struct.unpack('>B', pol)
+      if n and n >= 1 and n <= 8 and len == 1 + 21 * n then
+        limits = {}
+        for i = 1, n do
+          local c, r, p = struct.unpack('>I7I7I7', pol, 2 + 21 * (i - 1))
+          if c < 1 or r < 1 or p < 1 or c > MAX or r > MAX or p > MAX or c > MAX / p then
+            limits = false
+            break
+          end
+          limits[i] = {c = c, r = r, p = p}
+        end
+      end
+      if policies then policies[pol] = limits end
     end
-  end
-  return reply
-end
-
--- All or nothing: every key is decided before any is taken.
-local states, all = {}, true
-for j = 1, #KEYS do
-  local s, err = check(j, now, policies)
-  states[j] = s or err
-  all = all and s ~= nil and s.allowed
-end
-for j = 1, #KEYS do
-  local s = states[j]
-  if type(s) == 'string' then
-    reply[j] = {err = s}
-  else
-    reply[j] = finish(s, KEYS[j], all and s.cost > 0)
+    local y = 2 + 5 * (j - 1)
+    local flags, remaining, reset, retry, back
+    if cost and limits then
+      flags, remaining, reset, retry, back = step(KEYS[j], limits, cost, now, pass == passes)
+    else
+      remaining = MALFORMED
+    end
+    if flags then
+      reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = flags, remaining, reset, retry, back
+      all = all and flags % 2 == 1
+    else
+      reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = {err = remaining}, 0, 0, 0, 0
+      all = false
+    end
   end
 end
 return reply
