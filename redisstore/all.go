@@ -94,11 +94,12 @@ func (s *Store) eachGroup(ctx context.Context, groups [][]*ratelimit.BatchItem, 
 	return nil
 }
 
-// evalAll decides items in one script call on their keys; dry asks for each
-// cost without taking anything.
+// evalAll decides items in one script call on their keys, all or nothing;
+// dry asks for each cost without taking anything. A key's error is the
+// call's.
 func (s *Store) evalAll(ctx context.Context, items []*ratelimit.BatchItem, dry bool) error {
 	keys := make([]string, len(items))
-	args := script.TimeArgs(items[0].Request, 1+2*len(items))
+	args := script.CallArgs(items[0].Request, true, len(items))
 	for i, it := range items {
 		keys[i] = it.Key
 		r := it.Request
@@ -111,20 +112,12 @@ func (s *Store) evalAll(ctx context.Context, items []*ratelimit.BatchItem, dry b
 	if err != nil {
 		return wrapErr("check", keys[0], err)
 	}
-	if len(items) == 1 {
-		d, err := script.ParseReply(items[0].Request, res)
-		if err != nil {
-			return wrapErr("check", keys[0], err)
-		}
-		items[0].Decision, items[0].Err = d, nil
-		return nil
-	}
-	v, ok := res.([]any)
-	if !ok || len(v) != script.ReplyLen*len(items) {
-		return wrapErr("check", keys[0], script.Unexpected(res))
+	entries, err := script.Entries(res, len(items))
+	if err != nil {
+		return wrapErr("check", keys[0], err)
 	}
 	for i, it := range items {
-		d, err := script.ParseAt(it.Request, v[i*script.ReplyLen:], res)
+		d, err := script.ParseAt(it.Request, entries[i], res)
 		if err != nil {
 			return wrapErr("check", it.Key, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,8 +14,11 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/script"
 	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/exactlimit/ratelimit/tokenbucket"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestApplyBatch(t *testing.T) {
@@ -48,14 +52,15 @@ func TestApplyBatch(t *testing.T) {
 			t.Errorf("item %d = %+v, %v; want allowed=%v remaining=%d", i, it.Decision, it.Err, w.allowed, w.remain)
 		}
 	}
-	// One pipeline of EVALSHA, one of EVAL after SCRIPT FLUSH; nothing else.
+	// The four valid items share one script call: one EVALSHA, and one EVAL
+	// after SCRIPT FLUSH; nothing else.
 	var pipes []string
 	for _, p := range hook.pipes {
 		if !strings.HasPrefix(p, "client") && !strings.HasPrefix(p, "hello") { // a new connection's handshake
 			pipes = append(pipes, p)
 		}
 	}
-	if got := strings.Join(pipes, " | "); got != "evalsha evalsha evalsha evalsha | eval eval eval eval" {
+	if got := strings.Join(pipes, " | "); got != "evalsha | eval" {
 		t.Errorf("pipelines sent: %q", got)
 	}
 }
@@ -169,5 +174,124 @@ func TestBatchOnClusterWithAMasterDown(t *testing.T) {
 	}
 	if onDead == 0 || decided == 0 {
 		t.Fatalf("%d items on the dead master, %d on live ones; want some of each", onDead, decided)
+	}
+}
+
+// TestBatchedChecksAreDecidedAsSingleCalls sends the same random checks
+// (repeated keys, peeks, denials, policy changes, a malformed bucket, clocks
+// behind) to one server as ApplyBatch's shared script calls and to another
+// as one Apply each, and wants every decision and error equal, and calls of
+// at most 16 keys each.
+func TestBatchedChecksAreDecidedAsSingleCalls(t *testing.T) {
+	_, batchClient := standalone(t)
+	_, singleClient := standalone(t)
+	ctx := context.Background()
+	batched, single := redisstore.New(batchClient), redisstore.New(singleClient)
+	policies := [][]ratelimit.Limit{
+		{ratelimit.PerSecond(10)},
+		{ratelimit.PerMinute(3)},
+		{ratelimit.PerSecond(7), ratelimit.PerMinute(20)},
+		{{Capacity: 10, RefillTokens: 1, RefillPeriod: 100 * time.Millisecond}}, // PerSecond(10) in other terms
+	}
+	for _, c := range []redis.UniversalClient{batchClient, singleClient} {
+		c.Set(ctx, "corrupt", "not a bucket", 0)
+	}
+	rng := rand.New(rand.NewPCG(3, 5))
+	now := storetest.Start
+	total := 0
+	for round := range 60 {
+		if rng.IntN(4) == 0 {
+			now = now.Add(-time.Duration(rng.IntN(2000)) * time.Millisecond)
+		} else {
+			now = now.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
+		}
+		items := make([]ratelimit.BatchItem, 1+rng.IntN(40))
+		for i := range items {
+			p := policies[rng.IntN(len(policies))]
+			r := ratelimit.Request{Limits: p, Cost: 1 + rng.Int64N(3), Now: now, Peek: rng.IntN(6) == 0}
+			key := fmt.Sprintf("k%d", rng.IntN(6))
+			if rng.IntN(30) == 0 {
+				key = "corrupt"
+			}
+			items[i] = ratelimit.BatchItem{Key: key, Request: r}
+		}
+		batched.ApplyBatch(ctx, items)
+		for i, it := range items {
+			d, err := single.Apply(ctx, it.Key, it.Request)
+			if d != it.Decision || (err == nil) != (it.Err == nil) || err != nil && errors.Is(err, tokenbucket.ErrCorruptState) != errors.Is(it.Err, tokenbucket.ErrCorruptState) {
+				t.Fatalf("round %d item %d (%s %+v): batched %+v %v, single %+v %v", round, i, it.Key, it.Request, it.Decision, it.Err, d, err)
+			}
+			if it.Key == "corrupt" && !errors.Is(it.Err, tokenbucket.ErrCorruptState) {
+				t.Fatalf("round %d item %d on the malformed bucket: %+v %v", round, i, it.Decision, it.Err)
+			}
+		}
+		total += len(items)
+	}
+	calls := commandCalls(t, batchClient, "evalsha") + commandCalls(t, batchClient, "eval")
+	if calls >= total/4 {
+		t.Fatalf("%d checks took %d script calls; want calls of several keys", total, calls)
+	}
+	if least := (total + 15) / 16; calls < least {
+		t.Fatalf("%d checks took %d script calls, fewer than at 16 keys a call (%d)", total, calls, least)
+	}
+}
+
+// TestABatchSharesScriptCallsByTimeAndSlot: checks decided at different
+// times do not share a call, and on Cluster checks of one slot share a call
+// while the others are sent one per key.
+func TestABatchSharesScriptCallsByTimeAndSlot(t *testing.T) {
+	_, client := standalone(t)
+	ctx := context.Background()
+	store := redisstore.New(client)
+	r := func(now time.Time) ratelimit.Request {
+		return ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(10)}, Cost: 1, Now: now}
+	}
+	t0, t1 := storetest.Start, storetest.Start.Add(time.Second)
+	items := []ratelimit.BatchItem{{Key: "a", Request: r(t0)}, {Key: "b", Request: r(t1)}, {Key: "c", Request: r(t0)}, {Key: "d", Request: r(time.Time{})}}
+	client.ScriptLoad(ctx, script.Source)
+	client.ConfigResetStat(ctx)
+	store.ApplyBatch(ctx, items)
+	for _, it := range items {
+		if it.Err != nil || !it.Decision.Allowed {
+			t.Fatalf("%s: %+v %v", it.Key, it.Decision, it.Err)
+		}
+	}
+	if n := commandCalls(t, client, "evalsha"); n != 3 {
+		t.Fatalf("checks at 3 times took %d script calls, want 3", n)
+	}
+
+	cluster := redistest.StartCluster(t, 3, 0)
+	cc := redistest.NewClusterClient(cluster.Addrs()...)
+	t.Cleanup(func() { cc.Close() })
+	store = redisstore.New(cc)
+	items = items[:0]
+	for i := range 8 {
+		items = append(items, ratelimit.BatchItem{Key: fmt.Sprintf("{tag}%d", i), Request: r(time.Time{})})
+	}
+	for i := range 6 {
+		items = append(items, ratelimit.BatchItem{Key: fmt.Sprintf("spread-%d", i), Request: r(time.Time{})})
+	}
+	slots := map[uint16]bool{}
+	for _, it := range items {
+		slots[uint16(redistest.SlotOf(it.Key))] = true
+	}
+	cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		m.ScriptLoad(ctx, script.Source)
+		return m.ConfigResetStat(ctx).Err()
+	})
+	store.ApplyBatch(ctx, items)
+	for _, it := range items {
+		if it.Err != nil || !it.Decision.Allowed {
+			t.Fatalf("%s: %+v %v", it.Key, it.Decision, it.Err)
+		}
+	}
+	calls := 0
+	for _, m := range cluster.Masters() {
+		mc := redistest.NewClient(m.Addr())
+		calls += commandCalls(t, mc, "evalsha")
+		mc.Close()
+	}
+	if calls != len(slots) {
+		t.Fatalf("checks of %d slots took %d script calls, want one per slot", len(slots), calls)
 	}
 }

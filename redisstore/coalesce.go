@@ -15,7 +15,9 @@ import (
 // its own goroutine, so a lone caller pays nothing for coalescing. A check
 // that finds every lane busy waits in the queue, and when a lane comes free
 // the whole queue (up to maxBatch) goes out in one pipeline, sent by a
-// goroutine that lives while the queue has work.
+// goroutine that lives while the queue has work; in it, checks of one time
+// (and on Cluster of one slot) share script calls of up to maxKeys keys, each
+// key decided on its own (see Store.calls).
 //
 // Isolation: each master has its own queue, so a master that hangs holds
 // back only its own subjects. A caller waits on its own context: one that

@@ -7,7 +7,6 @@ package script
 import (
 	"crypto/sha1"
 	_ "embed"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -38,21 +37,28 @@ var SHA = func() string {
 // one tokenbucket.lua gives (redisstore exports it).
 var ErrUnexpectedReply = errors.New("redisstore: unexpected script reply")
 
-// ReplyLen is the number of integers the script replies per key.
+// ReplyLen is the number of integers of one key's entry in the script's
+// reply (which begins with it).
 const ReplyLen = 5
 
-// Args returns the script's ARGV for a check of r, which must be valid: the
-// time (none for the server's TIME), then r's part (see AppendRequest).
+// Args returns the script's ARGV for one check of r, which must be valid:
+// the call's part (see CallArgs), then r's (see AppendRequest).
 func (e *Encoder) Args(r ratelimit.Request) []any {
-	return e.AppendRequest(TimeArgs(r, 3), r)
+	return e.AppendRequest(CallArgs(r, false, 1), r)
 }
 
-// TimeArgs returns ARGV with room for n values, holding the time of r: none
-// for the server's TIME.
-func TimeArgs(r ratelimit.Request, n int) []any {
-	args := make([]any, 0, n)
+// CallArgs returns the start of the script's ARGV for a call of keys checks
+// decided at the time of r (the server's TIME when r.Now is zero): the
+// time, then the mode, "all" (all or nothing) or "each" (every key on its
+// own), with room for the checks' part.
+func CallArgs(r ratelimit.Request, all bool, keys int) []any {
+	args := make([]any, 2, 2+2*keys)
+	args[0], args[1] = "", "each"
 	if !r.Now.IsZero() {
-		args = append(args, r.Now.UnixMicro())
+		args[0] = r.Now.UnixMicro()
+	}
+	if all {
+		args[1] = "all"
 	}
 	return args
 }
@@ -83,13 +89,14 @@ type Encoder struct {
 const maxCachedPolicies = 4096
 
 // policy returns the script's policy argument for limits (see the header
-// of tokenbucket.lua): their number, then each limit's signature, its
-// values in lowest terms as the varints the bucket stores.
+// of tokenbucket.lua): their number, then each limit's capacity, refill
+// tokens and refill period (µs) in lowest terms, 7 bytes each.
 func (e *Encoder) policy(limits []ratelimit.Limit) any {
 	if len(limits) != 1 {
-		b := []byte{byte(len(limits))}
+		b := make([]byte, 1, 1+21*len(limits))
+		b[0] = byte(len(limits))
 		for _, l := range limits {
-			b = appendLimit(b, l)
+			b = appendLimit(b, tokenbucket.Lowest(l))
 		}
 		return string(b)
 	}
@@ -99,7 +106,7 @@ func (e *Encoder) policy(limits []ratelimit.Limit) any {
 			return a
 		}
 	}
-	var a any = string(appendLimit([]byte{1}, l))
+	var a any = string(appendLimit([]byte{1}, tokenbucket.Lowest(l)))
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old := e.m.Load()
@@ -117,17 +124,13 @@ func (e *Encoder) policy(limits []ratelimit.Limit) any {
 	return a
 }
 
-// appendLimit appends l's part of a policy argument: the length of its
-// signature and the signature, its capacity, refill tokens and refill period
-// (µs) in lowest terms as varints.
+// appendLimit appends l's capacity, refill tokens and refill period (µs),
+// 7 bytes each, big-endian: a limit of the policy argument and of the
+// stored value.
 func appendLimit(b []byte, l ratelimit.Limit) []byte {
-	lo := tokenbucket.Lowest(l)
-	var sig [3 * binary.MaxVarintLen64]byte
-	n := binary.PutUvarint(sig[:], uint64(lo.Capacity))
-	n += binary.PutUvarint(sig[n:], uint64(lo.RefillTokens))
-	n += binary.PutUvarint(sig[n:], uint64(lo.RefillPeriod.Microseconds()))
-	b = append(b, byte(n))
-	return append(b, sig[:n]...)
+	b = appendUint56(b, l.Capacity)
+	b = appendUint56(b, l.RefillTokens)
+	return appendUint56(b, l.RefillPeriod.Microseconds())
 }
 
 func lenOf(m *map[ratelimit.Limit]any) int {
@@ -137,23 +140,44 @@ func lenOf(m *map[ratelimit.Limit]any) int {
 	return len(*m)
 }
 
-// ParseReply turns the script's reply to a check of r into a Decision.
+// ParseReply turns the script's reply to a call of one check of r into a
+// Decision.
 func ParseReply(r ratelimit.Request, reply any) (ratelimit.Decision, error) {
-	v, ok := reply.([]any)
-	if !ok || len(v) != ReplyLen && len(v) != shortReplyLen {
-		return ratelimit.Decision{}, Unexpected(reply)
+	v, err := Entries(reply, 1)
+	if err != nil {
+		return ratelimit.Decision{}, err
 	}
-	return ParseAt(r, v, reply)
+	return ParseAt(r, v[0], reply)
 }
 
-// shortReplyLen is the length of a one-key reply whose retry and catch-up
-// are 0.
-const shortReplyLen = 3
+// Entries splits a reply to a call of k checks into its k entries, one per
+// key, for ParseAt; a reply of another shape is an error wrapping
+// ErrUnexpectedReply.
+func Entries(reply any, k int) ([]any, error) {
+	v, ok := reply.([]any)
+	if !ok || len(v) != 1+ReplyLen*k || v[0] != any(int64(ReplyLen)) {
+		return nil, Unexpected(reply)
+	}
+	entries := make([]any, k)
+	for i := range entries {
+		entries[i] = v[1+i*ReplyLen : 1+(i+1)*ReplyLen]
+	}
+	return entries, nil
+}
 
-// ParseAt reads one key's ReplyLen integers of a reply.
-func ParseAt(r ratelimit.Request, v []any, reply any) (ratelimit.Decision, error) {
+// ParseAt reads one key's entry of a reply (see Entries) as the decision of
+// a check of r: the key's error (as the script words it, for the caller to
+// wrap), or the decision its ReplyLen integers give.
+func ParseAt(r ratelimit.Request, entry, reply any) (ratelimit.Decision, error) {
+	v, ok := entry.([]any)
+	if !ok || len(v) != ReplyLen {
+		return ratelimit.Decision{}, Unexpected(reply)
+	}
+	if err, ok := v[0].(error); ok {
+		return ratelimit.Decision{}, err
+	}
 	var n [ReplyLen]int64
-	for i := range min(len(v), ReplyLen) {
+	for i := range n {
 		x, ok := v[i].(int64)
 		if !ok || x < 0 {
 			return ratelimit.Decision{}, Unexpected(reply)

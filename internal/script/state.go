@@ -1,7 +1,6 @@
 package script
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -10,59 +9,54 @@ import (
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
+// Version is the format version of the stored value, its first byte (see
+// the header of tokenbucket.lua).
+const Version = 1
+
 // EncodeState returns st in the script's stored format (see the header of
-// tokenbucket.lua): its Last, then per band its level and its limit, as
-// they are. The script reads a level in units of 1/P of a token, P the
-// stored period, and writes limits in lowest terms, as Step counts levels:
-// give EncodeState limits in lowest terms (Limit.Lowest), as the script
-// stores them, for the script to read the bucket as Step would. It is the
-// format of a key's value, for tools that read or seed buckets.
+// tokenbucket.lua): the version, its Last, then per band its level and its
+// limit, as they are. The script reads a level in units of 1/P of a token, P
+// the stored period, and writes limits in lowest terms, as Step counts
+// levels: give EncodeState limits in lowest terms (tokenbucket.Lowest), as
+// the script stores them, for the script to read the bucket as Step would. It
+// is the format of a key's value, for tools that read or seed buckets.
 func EncodeState(st tokenbucket.State) string {
-	b := appendUint56(make([]byte, 0, 7+len(st.Bands)*14), st.Last)
+	b := make([]byte, 1, 8+len(st.Bands)*28)
+	b[0] = Version
+	b = appendUint56(b, st.Last)
 	for _, band := range st.Bands {
-		l := band.Limit
 		b = appendUint56(b, band.Level)
-		b = binary.AppendUvarint(b, uint64(l.Capacity))
-		b = binary.AppendUvarint(b, uint64(l.RefillTokens))
-		b = binary.AppendUvarint(b, uint64(l.RefillPeriod.Microseconds()))
+		b = appendLimit(b, band.Limit)
 	}
 	return string(b)
 }
 
 // DecodeState reads a bucket in the script's stored format. A value the
 // script would refuse as malformed is an error wrapping
-// tokenbucket.ErrCorruptState, and so is any value EncodeState would not
-// write (a varint in more bytes than it needs): a decoded state re-encodes
-// to the same bytes, and never holds more than its capacity.
+// tokenbucket.ErrCorruptState (and so is a value of another version): a
+// decoded state re-encodes to the same bytes, and never holds more than its
+// capacity.
 func DecodeState(raw string) (tokenbucket.State, error) {
 	var st tokenbucket.State
-	if len(raw) < 17 {
+	switch {
+	case len(raw) < 36:
 		return st, corrupt("too short")
+	case (len(raw)-8)%28 != 0 || len(raw) > 8+28*tokenbucket.MaxLimits:
+		return st, corrupt("wrong number of fields")
+	case raw[0] != Version:
+		return st, corrupt("unknown version")
 	}
-	st.Last = uint56(raw)
+	st.Last = uint56(raw[1:])
 	if st.Last > tokenbucket.MaxTime {
-		return st, corrupt("time out of range")
+		return tokenbucket.State{}, corrupt("time out of range")
 	}
-	for pos := 7; pos < len(raw); {
-		if len(st.Bands) == tokenbucket.MaxLimits || pos+9 >= len(raw) {
-			return tokenbucket.State{}, corrupt("wrong number of fields")
-		}
-		level := uint56(raw[pos:])
-		pos += 7
-		var v [3]uint64
-		for f := range v {
-			x, n := binary.Uvarint([]byte(raw[pos:min(len(raw), pos+8)]))
-			if n <= 0 || n > 1 && raw[pos+n-1] == 0 {
-				return tokenbucket.State{}, corrupt("truncated limit")
-			}
-			v[f], pos = x, pos+n
-		}
-		c, r, p := v[0], v[1], v[2]
+	for pos := 8; pos < len(raw); pos += 28 {
+		level, c, r, p := uint56(raw[pos:]), uint56(raw[pos+7:]), uint56(raw[pos+14:]), uint56(raw[pos+21:])
 		if c < 1 || r < 1 || p < 1 || c > tokenbucket.MaxExact || r > tokenbucket.MaxExact || p > tokenbucket.MaxExact ||
-			c > tokenbucket.MaxExact/p || uint64(level) > c*p {
+			c > tokenbucket.MaxExact/p || level > c*p {
 			return tokenbucket.State{}, corrupt("field out of range")
 		}
-		l := ratelimit.Limit{Capacity: int64(c), RefillTokens: int64(r), RefillPeriod: time.Duration(p) * time.Microsecond}
+		l := ratelimit.Limit{Capacity: c, RefillTokens: r, RefillPeriod: time.Duration(p) * time.Microsecond}
 		st.Bands = append(st.Bands, tokenbucket.Band{Limit: l, Level: level})
 	}
 	return st, nil

@@ -53,11 +53,13 @@ func TestTheScriptAndDecodeStateRefuseTheSameValues(t *testing.T) {
 	valid := script.EncodeState(tokenbucket.State{Last: now, Bands: []tokenbucket.Band{ok}})
 	other := script.EncodeState(tokenbucket.State{Last: now, Bands: []tokenbucket.Band{{Limit: tokenbucket.Lowest(ratelimit.PerMinute(7)), Level: 3}, ok}})
 	for _, raw := range []string{
-		valid, other, "", "short", valid[:16], valid + "\x00", other[:len(other)-1],
-		valid[:14] + "\x8a\x00\x01\xa0\x8d\x06", // a two-byte varint for 10
-		valid[:7] + "\x00\x00\x00\x00\x00\x00\x05" + "\x80\x80\x80\x80\x80\x80\x80\x80\x01\x01\x01",
-		valid[:7] + "\x7f\xff\xff\xff\xff\xff\xff" + "\x01\x01\x01",
-		"\x7f\xff\xff\xff\xff\xff\xff" + valid[7:],
+		valid, other, "", "short", valid[:35], valid + "\x00", other[:len(other)-1],
+		"\x02" + valid[1:], // another version
+		"\x00" + valid[1:], // version 0
+		valid[:8] + "\x00\x00\x00\x00\x00\x00\x05" + "\x80\x80\x80\x80\x80\x80\x80" + valid[22:],
+		valid[:8] + "\x7f\xff\xff\xff\xff\xff\xff" + valid[15:],
+		valid[:1] + "\x7f\xff\xff\xff\xff\xff\xff" + valid[8:],
+		valid[:15] + "\x00\x00\x00\x00\x00\x00\x00" + valid[22:], // capacity 0
 	} {
 		key := l.Key("s")
 		client.Set(ctx, key, raw, time.Minute)
@@ -71,12 +73,18 @@ func TestTheScriptAndDecodeStateRefuseTheSameValues(t *testing.T) {
 
 func TestAnUnexpectedReplyWrapsItsSentinel(t *testing.T) {
 	r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(10)}, Cost: 1}
-	for _, reply := range []any{nil, "OK", []any{int64(1)}, []any{int64(1), int64(2), "x"}, []any{int64(4), int64(1), int64(0)}, []any{int64(-1), int64(1), int64(0)}} {
+	entry := func(v ...any) []any { return append([]any{int64(script.ReplyLen)}, v...) }
+	ok := entry(int64(1), int64(2), int64(0), int64(0), int64(0))
+	for _, reply := range []any{
+		nil, "OK", []any{int64(1)}, ok[1:], entry(int64(1), int64(2), "x", int64(0), int64(0)),
+		entry(int64(1), int64(2), int64(0)), entry(int64(4), int64(1), int64(0), int64(0), int64(0)), entry(int64(-1), int64(1), int64(0), int64(0), int64(0)),
+		append(ok, ok[1:]...), append([]any{int64(6)}, ok[1:]...),
+	} {
 		if _, err := script.ParseReply(r, reply); !errors.Is(err, redisstore.ErrUnexpectedReply) {
 			t.Errorf("ParseReply(%v) = %v, want ErrUnexpectedReply", reply, err)
 		}
 	}
-	if d, err := script.ParseReply(r, []any{int64(3), int64(9), int64(100_000)}); err != nil || !d.Allowed || !d.Converted || d.Remaining != 9 || d.ResetAfter != 100*time.Millisecond {
-		t.Errorf("a short reply: %+v %v", d, err)
+	if d, err := script.ParseReply(r, entry(int64(3), int64(9), int64(100_000), int64(0), int64(5))); err != nil || !d.Allowed || !d.Converted || d.Remaining != 9 || d.ResetAfter != 100*time.Millisecond+5*time.Microsecond || d.RetryAfter != 0 {
+		t.Errorf("a reply: %+v %v", d, err)
 	}
 }
