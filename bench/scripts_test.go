@@ -63,17 +63,17 @@ func TestOurServerArgs(t *testing.T) {
 	if scripts[0].name != scriptOurs || strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("%s ARGV %q, redisstore.Args gives %q", scripts[0].name, got, want)
 	}
-	if len(got) != 2 {
-		t.Errorf("ARGV %q, want two values (cost and policy) and no time: the server's TIME", got)
+	if len(got) != 4 || got[0] != "" || got[1] != "each" {
+		t.Errorf("ARGV %q, want the server's TIME (\"\"), the mode \"each\", then cost and policy", got)
 	}
 
-	// The same ARGV with a fixed time before them: 1000 allowed, then denied.
+	// The same ARGV with a fixed time in place of the server's: 1000 allowed, then denied.
 	srv := testServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1})
 	defer c.Close()
 	ctx := context.Background()
 	args := []any{strconv.FormatInt(time.Now().UnixMicro(), 10)}
-	for _, a := range got {
+	for _, a := range got[1:] {
 		args = append(args, a)
 	}
 	key := "args:" + randHex()
