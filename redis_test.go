@@ -27,8 +27,9 @@ func redisStandalone(t testing.TB) (*redistest.Server, redis.UniversalClient) {
 	return srv, client
 }
 
-// pipelines counts the pipelines a client sends and the commands in them.
-type pipelines struct{ pipes, cmds atomic.Int64 }
+// pipelines counts the pipelines a client sends, the commands in them, and
+// the keys their script calls name (in all, and the most in one call).
+type pipelines struct{ pipes, cmds, keys, mostKeys atomic.Int64 }
 
 func (p *pipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (p *pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
@@ -37,6 +38,15 @@ func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		if len(cmds) > 0 && cmds[0].Name() != "hello" && cmds[0].Name() != "client" {
 			p.pipes.Add(1)
 			p.cmds.Add(int64(len(cmds)))
+			for _, c := range cmds {
+				if a := c.Args(); len(a) > 2 && (c.Name() == "evalsha" || c.Name() == "eval") {
+					n, _ := strconv.ParseInt(fmt.Sprint(a[2]), 10, 64)
+					p.keys.Add(n)
+					if n > p.mostKeys.Load() {
+						p.mostKeys.Store(n)
+					}
+				}
+			}
 		}
 		return next(ctx, cmds)
 	}
@@ -78,8 +88,11 @@ func TestTryAcquireManyOnRedis(t *testing.T) {
 		hook := &pipelines{}
 		client.AddHook(hook)
 		checkMany(t, l.TryAcquireMany(ctx, manyItems(200)))
-		if hook.pipes.Load() != 1 || hook.cmds.Load() != 200 {
-			t.Fatalf("the batch took %d pipelines of %d commands in all, want 1 of 200", hook.pipes.Load(), hook.cmds.Load())
+		// One pipeline of script calls that each decide up to 16 keys on
+		// their own: 200 checks in 13 calls.
+		if hook.pipes.Load() != 1 || hook.keys.Load() != 200 || hook.cmds.Load() != 13 || hook.mostKeys.Load() > 16 {
+			t.Fatalf("the batch took %d pipelines of %d calls naming %d keys (at most %d in one), want 1 of 13 naming 200 (at most 16 in one)",
+				hook.pipes.Load(), hook.cmds.Load(), hook.keys.Load(), hook.mostKeys.Load())
 		}
 	})
 	t.Run("cluster: every master decides its subjects", func(t *testing.T) {
