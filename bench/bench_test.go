@@ -50,7 +50,7 @@ func TestQuickRun(t *testing.T) {
 	}
 	report := out.String()
 	for _, want := range []string{
-		"### Decisions per second", "### In Redis: redis-benchmark -c 50 -P 16", "### Server cost per decision",
+		"### Decisions per second", "### In Redis: 50 connections × pipelines of 16", "### Server cost per decision",
 		"### Redis memory per live subject", "### In-process, GOMAXPROCS=2",
 		"### The performance targets", "### Script cost inside Redis", "Load average (1, 5, 15 min) at the start: ",
 	} {

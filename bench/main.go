@@ -2,7 +2,7 @@
 // in one run: decisions per second, latency, allowed fraction and errors at
 // several concurrencies and subject counts, Redis memory per subject, the
 // server's cost per decision, the server-side ceiling of our script
-// (redis-benchmark -P 16), and in-process ns/op, allocations and heap bytes
+// (50 connections × pipelines of 16), and in-process ns/op, allocations and heap bytes
 // per subject. It prints a markdown report on stdout and its progress on
 // stderr. See README.md.
 package main
@@ -85,7 +85,7 @@ func parseInts(s string) ([]int, error) {
 }
 
 func main() {
-	quick := flag.Bool("quick", false, "CI smoke test: 1 round of 100ms, 1,000/20,000 subjects for memory/in-process, short redis-benchmark; takes well under a minute")
+	quick := flag.Bool("quick", false, "CI smoke test: 1 round of 100ms, 1,000/20,000 subjects for memory/in-process, a short in-Redis section; takes well under a minute")
 	addr := flag.String("addr", "", "use this Redis (host:port) instead of starting redis-server on a free port of 127.0.0.1; it is not flushed, so the used_memory growth is skipped")
 	rounds := flag.Int("rounds", 0, "rounds of the interleaved throughput runs (default 5)")
 	duration := flag.Duration("duration", 0, "length of one run of one limiter (default 500ms)")
@@ -97,7 +97,7 @@ func main() {
 	memSubjects := flag.Int("mem-subjects", 0, "subjects for the used_memory growth (default 10000)")
 	localSubjects := flag.Int("local-subjects", 0, "subjects for the in-process heap and ns/op (default 1000000)")
 	localDuration := flag.Duration("local-duration", 0, "length of each in-process measurement (default 2s)")
-	ceilingN := flag.Int("ceiling-n", 0, "requests per redis-benchmark run (default 300000)")
+	ceilingN := flag.Int("ceiling-n", 0, "requests per run of the in-Redis section (default 300000)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
