@@ -23,7 +23,7 @@ func BenchmarkTryAcquire(b *testing.B) {
 				opts = append(opts, redisstore.WithoutCoalescing())
 			default:
 				n, _ := strconv.Atoi(name[len("lanes="):])
-				opts = append(opts, redisstore.WithLanes(n))
+				opts = append(opts, redisstore.WithLanes(uint16(n)))
 			}
 			l, err := ratelimit.New[string](redisstore.New(client, opts...), ratelimit.PerSecond(1000), ratelimit.WithNamespace("bench"))
 			if err != nil {

@@ -111,13 +111,14 @@ const DefaultLanes = 4
 
 // WithLanes sets how many checks or pipelines of checks a Store keeps in
 // flight at once per master (per server without Cluster), each on a
-// connection of its own: n at least 1, DefaultLanes by default. With more
-// than one, Redis has the next pipeline to work on while the client reads
-// the last one's reply, and a slow reply holds back only its own lane.
-func WithLanes(n int) Option {
+// connection of its own: n, or DefaultLanes when n is 0 (the type leaves no
+// value to refuse). With more than one, Redis has the next pipeline to work
+// on while the client reads the last one's reply, and a slow reply holds back
+// only its own lane.
+func WithLanes(n uint16) Option {
 	return func(s *Store) {
-		if n >= 1 {
-			s.lanes = n
+		if n > 0 {
+			s.lanes = int(n)
 		}
 	}
 }
