@@ -270,7 +270,7 @@ func (rep *report) ceilingStat(name string, subjects int) (ceilingStat, bool) {
 
 func (rep *report) writeCeiling(w io.Writer) {
 	fmt.Fprintf(w, "### In Redis: 50 connections × pipelines of 16, EVALSHA\n\n")
-	fmt.Fprintf(w, "Each script by EVALSHA with the ARGV its library sends for one check of %d/s, burst %d (ours: redisstore.Args of a one-limit check on the server's TIME; redis_rate: the script and ARGV its AllowN sends; the skeleton: the expiry our script sets after one token). Interleaved: in each round, for each subject count, every script in turn; requests/s and p50 are medians over the rounds.\n\n", rep.cfg.rate, rep.cfg.burst)
+	fmt.Fprintf(w, "Each script by EVALSHA with the ARGV its library sends for one check of %d/s, burst %d (ours: the ARGV redisstore sends for a one-limit check on the server's TIME; redis_rate: the script and ARGV its AllowN sends; the skeleton: the expiry our script sets after one token). Interleaved: in each round, for each subject count, every script in turn; requests/s and p50 are medians over the rounds.\n\n", rep.cfg.rate, rep.cfg.burst)
 	fmt.Fprintln(w, "| script | subjects | requests/s | ours ÷ this | p50 | spread | rounds | command |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---|")
 	for _, n := range rep.cfg.subjects {

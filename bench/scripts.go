@@ -45,7 +45,7 @@ const (
 )
 
 // serverScripts returns the scripts the ceiling and script sections run:
-// our shipped script on a one-limit check of p (ARGV from redisstore.Args,
+// our shipped script on a one-limit check of p (ARGV from redisstore's encoder,
 // the server's TIME), redis_rate v10's GCRA script with the ARGV its
 // AllowN sends for p (both taken from the module, see captureRedisRate),
 // the skeleton with our script's expiry for a one-token check of p, and

@@ -61,7 +61,7 @@ func TestOurServerArgs(t *testing.T) {
 	want := argStrings(new(script.Encoder).Args(r))
 	got := argStrings(scripts[0].args)
 	if scripts[0].name != scriptOurs || strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Fatalf("%s ARGV %q, redisstore.Args gives %q", scripts[0].name, got, want)
+		t.Fatalf("%s ARGV %q, redisstore's encoder gives %q", scripts[0].name, got, want)
 	}
 	if len(got) != 4 || got[0] != "" || got[1] != "each" {
 		t.Errorf("ARGV %q, want the server's TIME (\"\"), the mode \"each\", then cost and policy", got)
