@@ -388,14 +388,25 @@ func TestGRPCTLSFlags(t *testing.T) {
 		t.Errorf("TLS flags without --grpc-listen: exit %d, %s", code, stderr.String())
 	}
 
+	serveLog := serveMutualTLS(t, p, env, "--envoy-config", cfg,
+		"--grpc-tls-cert", p.serverCert, "--grpc-tls-key", p.serverKey, "--grpc-tls-client-ca", p.clientCA)
+	if strings.Contains(serveLog, "without TLS") {
+		t.Errorf("a TLS listener on loopback warned: %s", serveLog)
+	}
+}
+
+// serveMutualTLS runs serve with a gRPC listener on 127.0.0.1 and args,
+// checks that it answers a client with p's certificate and refuses one
+// without, stops it, and returns its log.
+func serveMutualTLS(t *testing.T, p testPKI, env Env, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var serveLog syncBuffer
 	env.Stderr = &serveLog
 	done := make(chan int, 1)
 	go func() {
-		done <- Main(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--envoy-config", cfg,
-			"--grpc-tls-cert", p.serverCert, "--grpc-tls-key", p.serverKey, "--grpc-tls-client-ca", p.clientCA}, env)
+		done <- Main(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"}, args...), env)
 	}()
 	grpcAddr := waitLog(t, &serveLog, done, regexp.MustCompile(`grpc=(\S+)`))[1]
 	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
@@ -410,9 +421,7 @@ func TestGRPCTLSFlags(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Errorf("serve exited %d: %s", code, serveLog.String())
 	}
-	if strings.Contains(serveLog.String(), "without TLS") {
-		t.Errorf("a TLS listener on loopback warned: %s", serveLog.String())
-	}
+	return serveLog.String()
 }
 
 // TestGRPCTLSFromThePeersSettings: envoyproxy/ratelimit's GRPC_SERVER_USE_TLS,
@@ -426,25 +435,7 @@ func TestGRPCTLSFromThePeersSettings(t *testing.T) {
 	}
 	settings := map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.serverCert,
 		"GRPC_SERVER_TLS_KEY": p.serverKey, "GRPC_CLIENT_TLS_CACERT": p.clientCA}
-	var stdout, serveLog syncBuffer
-	env := Env{Stdout: &stdout, Stderr: &serveLog, Getenv: func(k string) string { return settings[k] }}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan int, 1)
-	go func() {
-		done <- Main(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--envoy-config", cfg}, env)
-	}()
-	grpcAddr := waitLog(t, &serveLog, done, regexp.MustCompile(`grpc=(\S+)`))[1]
-	actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-	defer acancel()
-	if resp, err := askEdge(actx, dial(t, grpcAddr, p.clientTLS(t, true)), "10.0.0.6"); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
-		t.Errorf("mutual TLS client: %v %v", resp, err)
-	}
-	if _, err := askEdge(actx, dial(t, grpcAddr, p.clientTLS(t, false)), "10.0.0.6"); err == nil {
-		t.Error("a client without a certificate was served")
-	}
-	cancel()
-	if code := <-done; code != 0 {
-		t.Errorf("serve exited %d: %s", code, serveLog.String())
-	}
+	var stdout syncBuffer
+	env := Env{Stdout: &stdout, Getenv: func(k string) string { return settings[k] }}
+	serveMutualTLS(t, p, env, "--envoy-config", cfg)
 }
