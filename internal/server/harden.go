@@ -19,18 +19,12 @@ import (
 	"github.com/exactlimit/ratelimit/internal/units"
 )
 
-// SubjectHash returns a short, stable stand-in for subject in log lines and
-// error messages: "#" and the first 8 bytes of its SHA-256, in hex. The
-// service never logs a subject itself, which behind --key header:X-API-Key
-// is a customer's API key.
-func SubjectHash(subject string) string { return keyfmt.Hash(subject) }
-
 // maxLoggedError bounds an error message in a log line.
 const maxLoggedError = 300
 
 // RedactKeys returns msg with every quoted bucket key in it (a Go-quoted
 // "LEN:NAMESPACE:SUBJECT", as the stores' errors quote keys) replaced by the
-// namespace and the subject's SubjectHash, and cut to a few hundred bytes,
+// namespace and the subject's keyfmt.Hash, and cut to a few hundred bytes,
 // for the log.
 func RedactKeys(msg string) string {
 	var b strings.Builder
@@ -50,7 +44,7 @@ func RedactKeys(msg string) string {
 		msg = msg[i+len(q):]
 		key, _ := strconv.Unquote(q)
 		if ns, subject, ok := keyfmt.Parse(key); ok {
-			b.WriteString(strconv.Quote(ns + ":" + SubjectHash(subject)))
+			b.WriteString(strconv.Quote(ns + ":" + keyfmt.Hash(subject)))
 			continue
 		}
 		b.WriteString(q)
@@ -72,7 +66,7 @@ func RedactKeys(msg string) string {
 func redactErr(err error, key, ns, subject string) string {
 	msg := RedactKeys(err.Error())
 	if key != "" {
-		msg = strings.ReplaceAll(msg, key, ns+":"+SubjectHash(subject))
+		msg = strings.ReplaceAll(msg, key, ns+":"+keyfmt.Hash(subject))
 	}
 	return msg
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -121,7 +122,7 @@ func TestSubjectsStayOutOfTheLog(t *testing.T) {
 	if code, _ := post(t, base, "/v1/acquire", "application/json", `{"subject":"`+secret+`"}`); code != 503 {
 		t.Fatalf("status %d, want 503", code)
 	}
-	if strings.Contains(logs.String(), secret) || !strings.Contains(logs.String(), SubjectHash(secret)) {
+	if strings.Contains(logs.String(), secret) || !strings.Contains(logs.String(), keyfmt.Hash(secret)) {
 		t.Errorf("the log shows the subject, or not its hash:\n%s", logs.String())
 	}
 	long := strings.Repeat("x", 1<<20)

@@ -32,6 +32,7 @@ import (
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
 	"github.com/exactlimit/ratelimit/internal/units"
 )
 
@@ -326,7 +327,7 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 	}
 	if err != nil && !errors.Is(err, ratelimit.ErrInvalidArgument) && !errors.Is(err, context.Canceled) {
 		s.errLog.log(s.log, "check failed", "op", string(o), "namespace", ns,
-			"subject", SubjectHash(subject), "err", redactErr(err, lim.Key(subject), ns, subject))
+			"subject", keyfmt.Hash(subject), "err", redactErr(err, lim.Key(subject), ns, subject))
 	}
 	return d, lim, err
 }
@@ -339,7 +340,7 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 // and its script asks for the token when /v1/stats wants it. Every other
 // path is 404. A body must be valid UTF-8 with each field spelled exactly
 // once, in lower case; a subject is at most MaxSubjectBytes and is never
-// logged (SubjectHash stands for it). After AllowHosts, while there is no
+// logged (keyfmt.Hash stands for it: the service never logs a subject, which behind --key header:X-API-Key is a customer's API key). After AllowHosts, while there is no
 // token, a request for another Host is refused with 421.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
