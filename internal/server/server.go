@@ -340,8 +340,10 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 // and its script asks for the token when /v1/stats wants it. Every other
 // path is 404. A body must be valid UTF-8 with each field spelled exactly
 // once, in lower case; a subject is at most MaxSubjectBytes and is never
-// logged (keyfmt.Hash stands for it: the service never logs a subject, which behind --key header:X-API-Key is a customer's API key). After AllowHosts, while there is no
-// token, a request for another Host is refused with 421.
+// logged (keyfmt.Hash stands for it: the service never logs a subject,
+// which behind --key header:X-API-Key is a customer's API key). After
+// AllowHosts, while there is no token, a request for another Host is
+// refused with 421.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/acquire", s.api(opAcquire))
