@@ -10,10 +10,19 @@ import (
 	"github.com/exactlimit/ratelimit/internal/units"
 )
 
-// ErrInvalidArgument is wrapped by every error that reports invalid input: a
-// policy, a cost, a subject or a time that the limiter cannot decide on. Such
-// errors are returned before any store is called.
-var ErrInvalidArgument = errors.New("ratelimit: invalid argument")
+var (
+	// ErrInvalidArgument is wrapped by every error that reports invalid
+	// input: a policy, a cost, a subject, a time or a reservation token that
+	// the limiter cannot decide on. Such errors are returned before any
+	// store is called.
+	ErrInvalidArgument = errors.New("ratelimit: invalid argument")
+
+	// ErrNotReserved is wrapped by the error of a Settle or Cancel that
+	// found no reservation to settle: it was settled or cancelled already
+	// (by this process or another), or it expired and is kept as taken.
+	// Nothing was refunded or charged.
+	ErrNotReserved = errors.New("ratelimit: no such reservation")
+)
 
 // Limit is a token-bucket policy: a bucket holds up to Capacity tokens and
 // refills continuously at RefillTokens every RefillPeriod. Limit is a
@@ -140,6 +149,20 @@ func validateLimits(limits []Limit) error {
 }
 
 // validateCost checks that cost can ever be admitted by every limit.
+// validateCosts checks a cost per limit: each between 1 and its limit's
+// capacity.
+func validateCosts(limits []Limit, costs []int64) error {
+	if len(costs) != len(limits) {
+		return invalid("costs must give one cost per limit (got %d for %d limits)", len(costs), len(limits))
+	}
+	for i, l := range limits {
+		if c := costs[i]; c < 1 || c > l.Capacity {
+			return invalid("cost %d must be between 1 and its limit's capacity %d (got %d)", i, l.Capacity, c)
+		}
+	}
+	return nil
+}
+
 func validateCost(limits []Limit, cost int64) error {
 	if cost < 1 {
 		return invalid("cost must be at least 1 (got %d)", cost)

@@ -28,8 +28,14 @@ type Request struct {
 	// Limits is the policy: one Limit, or several that must all admit the
 	// request (a check takes Cost from each of them or from none).
 	Limits []Limit
-	// Cost is the number of tokens to take. Peek ignores it.
+	// Cost is the number of tokens to take from every limit. Peek ignores
+	// it.
 	Cost int64
+	// Costs, when not nil, gives each limit its own cost, in the order of
+	// Limits, in place of Cost: a check of a requests-per-minute and a
+	// tokens-per-minute limit takes 1 from the first and the tokens from
+	// the second, all or nothing. Peek ignores it.
+	Costs []int64
 	// Peek asks for the standing without consuming: Allowed while at least
 	// one token is there, else Denied with the wait until one is.
 	Peek bool
@@ -39,14 +45,21 @@ type Request struct {
 }
 
 // Validate reports whether a store can decide r: its limits are valid, Cost
-// is between 1 and every limit's capacity (unless Peek), and Now, when set, is
+// is between 1 and every limit's capacity (or, with Costs, each cost between 1
+// and its limit's capacity) unless Peek, and Now, when set, is
 // between the Unix epoch and MaxTime (2^52 µs after it). The error wraps
 // ErrInvalidArgument.
 func (r Request) Validate() error {
 	if err := validateLimits(r.Limits); err != nil {
 		return err
 	}
-	if !r.Peek {
+	switch {
+	case r.Peek:
+	case r.Costs != nil:
+		if err := validateCosts(r.Limits, r.Costs); err != nil {
+			return err
+		}
+	default:
 		if err := validateCost(r.Limits, r.Cost); err != nil {
 			return err
 		}

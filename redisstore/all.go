@@ -99,7 +99,7 @@ func (s *Store) eachGroup(ctx context.Context, groups [][]*ratelimit.BatchItem, 
 // call's.
 func (s *Store) evalAll(ctx context.Context, items []*ratelimit.BatchItem, dry bool) error {
 	keys := make([]string, len(items))
-	args := script.CallArgs(items[0].Request, true, len(items))
+	args := script.CallArgs(items[0].Request, script.All, len(items))
 	for i, it := range items {
 		keys[i] = it.Key
 		r := it.Request

@@ -87,7 +87,7 @@ func (s *Store) pipelineOnce(ctx context.Context, calls [][]*ratelimit.BatchItem
 	pipe := s.client.Pipeline()
 	for i, call := range calls {
 		keys[i] = make([]string, len(call))
-		args[i] = script.CallArgs(call[0].Request, false, len(call))
+		args[i] = script.CallArgs(call[0].Request, script.Each, len(call))
 		for j, it := range call {
 			keys[i][j] = it.Key
 			args[i] = s.enc.AppendRequest(args[i], it.Request)

@@ -26,8 +26,9 @@ type Band struct {
 	// Level is the band's content in units of 1/p of a token, where p is
 	// the limit's refill period in µs in lowest terms (the period divided by
 	// the greatest common divisor of the refill tokens and the period; see
-	// Limit.Validate): Level/p whole tokens plus a remainder of Level%p. It
-	// is between 0 and Capacity*p.
+	// Limit.Validate): ⌊Level/p⌋ whole tokens plus a remainder. It is
+	// between Capacity*p (full) and minus the debt floor times p (see
+	// Settle); only a settled overrun takes it below zero.
 	Level int64
 }
 
@@ -95,142 +96,271 @@ func StepAll(sts []*State, rs []ratelimit.Request, now int64, ds []ratelimit.Dec
 // step is Step; with take false it decides without taking or writing.
 func (st *State) step(r ratelimit.Request, now int64, take bool) (d ratelimit.Decision, ttl time.Duration, write bool) {
 	take = take && !r.Peek
+	var b bucket
+	b.load(st, r.Limits, now)
+	d.Converted = b.converted
+	want := &b.want
 	limits := r.Limits
-	cost := r.Cost
-	if r.Peek {
-		cost = 1
+	var need [arith.MaxLimits]int64 // what each limit asks for, in 1/P units
+	allowed := true
+	for i, k := range want[:len(limits)] {
+		need[i] = k.P
+		switch {
+		case r.Peek:
+		case r.Costs != nil:
+			need[i] *= r.Costs[i]
+		default:
+			need[i] *= r.Cost
+		}
+		allowed = allowed && b.levels[i] >= need[i]
 	}
-	var want [arith.MaxLimits]arith.Rate
+	if allowed && take {
+		for i := range limits {
+			b.levels[i] -= need[i]
+		}
+	}
+	b.decide(&d, limits, allowed, &need)
+	write = take && allowed
+	if write {
+		b.store(st, limits)
+	}
+	return d, TTL(b.reset), write
+}
+
+// Settle settles a reservation on the bucket at now, microseconds since the
+// Unix epoch: held is what the reservation took (see Held), and actual the
+// tokens the work really used from each of r's limits, in the order of
+// r.Limits (r's costs are not used). The bucket is first brought up to date as
+// Step would bring it, then each limit of r that held tokens gets its
+// difference:
+//
+//   - Unused tokens go back, capped at the limit's capacity: a refund after
+//     the bucket refilled never lifts it past full, and never gives back more
+//     than was taken.
+//   - An overrun is charged: the limit's band is lowered by it, below zero if
+//     need be, into debt, but never below minus its capacity (minus less for
+//     a limit whose capacity times its period in lowest terms is above 2^52:
+//     the floor keeps twice that within 2^53). While a band is in debt every
+//     check on it is denied, and RetryAfter counts the debt.
+//   - A limit of r that the reservation did not take from (the policy
+//     changed in between) is left as it is, and so is a held limit r no
+//     longer has.
+//
+// The Decision is the standing afterwards, as a peek reports it: Allowed
+// while every limit holds a token. write reports whether st changed.
+// r's limits must be valid, len(actual) == len(r.Limits), and each actual
+// between 0 and MaxExact.
+func (st *State) Settle(r ratelimit.Request, held []Hold, actual []int64, now int64) (d ratelimit.Decision, ttl time.Duration, write bool) {
+	var b bucket
+	b.load(st, r.Limits, now)
+	d.Converted = b.converted
+	limits := r.Limits
+	var used [arith.MaxLimits]bool
+	for i, k := range b.want[:len(limits)] {
+		for j, h := range held {
+			if used[j] || rateOf(h.Limit) != k {
+				continue
+			}
+			used[j] = true
+			if level := settled(k, b.levels[i], actual[i]-h.Tokens); level != b.levels[i] {
+				b.levels[i], write = level, true
+			}
+			break
+		}
+	}
+	var need [arith.MaxLimits]int64
+	allowed := true
+	for i, k := range b.want[:len(limits)] {
+		need[i] = k.P
+		allowed = allowed && b.levels[i] >= need[i]
+	}
+	b.decide(&d, limits, allowed, &need)
+	if write {
+		b.store(st, limits)
+	}
+	return d, TTL(b.reset), write
+}
+
+// settled is a band of rate k at level after a settle's difference of delta
+// tokens: an overrun (delta > 0) lowers it down to the debt floor, a refund
+// (delta < 0) raises it up to full. No product passes 2^53.
+func settled(k arith.Rate, level, delta int64) int64 {
+	full, floor := k.C*k.P, -k.Debt()*k.P
+	switch {
+	case delta > 0:
+		if delta >= k.C+k.Debt() || level-floor <= delta*k.P {
+			return floor
+		}
+		return level - delta*k.P
+	case delta < 0:
+		if -delta >= k.C || full-level <= -delta*k.P {
+			return full
+		}
+		return level - delta*k.P
+	}
+	return level
+}
+
+// Hold is what a reservation took from one limit: Tokens from the band of
+// Limit, in lowest terms. A store keeps a reservation's holds until it is
+// settled.
+type Hold struct {
+	Limit  ratelimit.Limit
+	Tokens int64
+}
+
+// Held returns the holds of a reservation that r took (Step allowed it): for
+// each limit, in lowest terms, its cost.
+func Held(r ratelimit.Request) []Hold {
+	h := make([]Hold, len(r.Limits))
+	for i, l := range r.Limits {
+		h[i] = Hold{Limit: Lowest(l), Tokens: r.Cost}
+		if r.Costs != nil {
+			h[i].Tokens = r.Costs[i]
+		}
+	}
+	return h
+}
+
+// bucket is a State brought up to date for a policy: load's result, which
+// step and Settle decide on.
+type bucket struct {
+	want      [arith.MaxLimits]arith.Rate // the policy's limits, in lowest terms
+	levels    [arith.MaxLimits]int64      // each limit's level, refilled
+	t0, back  int64                       // the time decided at, and the clock's catch-up
+	converted bool                        // another policy wrote the bucket
+	reset     int64                       // decide's ResetAfter, in µs
+}
+
+// load brings st up to date at now for limits, by Step's rules: the clock
+// behind Last, the refill of each band at its own rate, a full bucket like a
+// missing one, and each limit taking its own band or carrying over another.
+func (b *bucket) load(st *State, limits []ratelimit.Limit, now int64) {
+	want := &b.want
 	for i, l := range limits {
 		want[i] = rateOf(l)
 	}
 	var have [arith.MaxLimits]arith.Rate
 	var stored [arith.MaxLimits]int64 // the bands' levels, refilled
-	t0, back := now, int64(0)
+	b.t0 = now
 	exists := len(st.Bands) > 0
 	if exists {
 		if st.Last > now {
-			t0, back = st.Last, st.Last-now
+			b.t0, b.back = st.Last, st.Last-now
 		}
 		full := true
-		for k, b := range st.Bands {
-			have[k] = rateOf(b.Limit)
-			stored[k] = have[k].Refill(b.Level, t0-st.Last)
+		for k, band := range st.Bands {
+			have[k] = rateOf(band.Limit)
+			stored[k] = have[k].Refill(band.Level, b.t0-st.Last)
 			full = full && stored[k] == have[k].C*have[k].P
 		}
 		if full {
-			exists, t0, back = false, now, 0
+			exists, b.t0, b.back = false, now, 0
 		}
 	}
-
-	var levels [arith.MaxLimits]int64
 	if !exists {
 		for i, k := range want[:len(limits)] {
-			levels[i] = k.C * k.P
+			b.levels[i] = k.C * k.P
 		}
-	} else {
-		m := len(st.Bands)
-		fewest := int64(-1)
+		return
+	}
+	m := len(st.Bands)
+	fewest, any := int64(0), false
+	for k := range m {
+		if tok := arith.FloorDiv(stored[k], have[k].P); !any || tok < fewest {
+			fewest, any = tok, true
+		}
+	}
+	// First each limit takes the band it wrote, then each limit left takes
+	// the next band left: a changed limit carries over the band it
+	// replaces, at no more than its own capacity and no deeper in debt than
+	// its own floor. A limit with no band left takes the bucket's fewest
+	// whole tokens.
+	var used [arith.MaxLimits]bool
+	var match [arith.MaxLimits]int
+	matched := 0
+	for i := range limits {
+		match[i] = -1
 		for k := range m {
-			fewest = minTokens(fewest, stored[k]/have[k].P)
-		}
-		// First each limit takes the band it wrote, then each limit left
-		// takes the next band left: a changed limit carries over the band it
-		// replaces, at no more than its own capacity. A limit with no band
-		// left takes the bucket's fewest whole tokens.
-		var used [arith.MaxLimits]bool
-		var match [arith.MaxLimits]int
-		matched := 0
-		for i := range limits {
-			match[i] = -1
-			for k := range m {
-				if !used[k] && have[k] == want[i] {
-					match[i], used[k] = k, true
-					matched++
-					break
-				}
+			if !used[k] && have[k] == want[i] {
+				match[i], used[k] = k, true
+				matched++
+				break
 			}
 		}
-		d.Converted = matched != len(limits) || matched != m
-		next := 0
-		for i, k := range want[:len(limits)] {
-			if match[i] >= 0 {
-				levels[i] = stored[match[i]]
+	}
+	b.converted = matched != len(limits) || matched != m
+	next := 0
+	for i, k := range want[:len(limits)] {
+		if match[i] >= 0 {
+			b.levels[i] = stored[match[i]]
+			continue
+		}
+		tok := fewest
+		for next < m && used[next] {
+			next++
+		}
+		if next < m {
+			// The band it replaces: its whole tokens (rounded down, so a
+			// debt is never forgiven), and the part of a token it had, in
+			// this limit's units.
+			used[next] = true
+			hp := have[next].P
+			if tok = arith.FloorDiv(stored[next], hp); tok < k.C && tok >= -k.Debt() {
+				b.levels[i] = tok*k.P + carry(stored[next]-tok*hp, hp, k.P)
 				continue
 			}
-			tok := fewest
-			for next < m && used[next] {
-				next++
-			}
-			if next < m {
-				// The band it replaces: its whole tokens, and the part of a
-				// token it had, in this limit's units.
-				used[next] = true
-				hp := have[next].P
-				if tok = stored[next] / hp; tok < k.C {
-					levels[i] = tok*k.P + carry(stored[next]%hp, hp, k.P)
-					continue
-				}
-			}
-			levels[i] = min(tok, k.C) * k.P
 		}
+		b.levels[i] = min(max(tok, -k.Debt()), k.C) * k.P
 	}
+}
 
-	allowed := true
-	for i, k := range want[:len(limits)] {
-		if levels[i] < cost*k.P {
-			allowed = false
-			break
-		}
-	}
+// decide fills in d from the levels: Allowed, Remaining (never below zero),
+// RetryAfter until every limit holds need (in 1/P units), ResetAfter, and the
+// binding limit; it sets b.reset.
+func (b *bucket) decide(d *ratelimit.Decision, limits []ratelimit.Limit, allowed bool, need *[arith.MaxLimits]int64) {
 	var bound int
 	var retry, reset int64
 	d.Remaining = -1
-	if allowed {
-		for i, k := range want[:len(limits)] {
-			if take {
-				levels[i] -= cost * k.P
-			}
-			if tok := levels[i] / k.P; d.Remaining < 0 || tok < d.Remaining {
+	for i, k := range b.want[:len(limits)] {
+		tok := max(0, arith.FloorDiv(b.levels[i], k.P))
+		if allowed {
+			if d.Remaining < 0 || tok < d.Remaining {
 				d.Remaining, bound = tok, i
 			}
-		}
-	} else {
-		retry = -1
-		for i, k := range want[:len(limits)] {
-			d.Remaining = minTokens(d.Remaining, levels[i]/k.P)
-			if need := cost * k.P; levels[i] < need {
-				if w := arith.CeilDiv(need-levels[i], k.R); w > retry {
+		} else {
+			d.Remaining = minTokens(d.Remaining, tok)
+			if b.levels[i] < need[i] {
+				if w := arith.CeilDiv(need[i]-b.levels[i], k.R); w > retry {
 					retry, bound = w, i
 				}
 			}
 		}
-		retry += back
+		reset = max(reset, arith.CeilDiv(k.C*k.P-b.levels[i], k.R))
 	}
-	for i, k := range want[:len(limits)] {
-		reset = max(reset, arith.CeilDiv(k.C*k.P-levels[i], k.R))
+	if !allowed {
+		retry += b.back
 	}
 	if reset > 0 {
-		reset += back
+		reset += b.back
 	}
-
+	b.reset = reset
 	d.Allowed = allowed
 	d.RetryAfter = microsDuration(retry)
 	d.ResetAfter = microsDuration(reset)
 	d.Limit = limits[bound]
+}
 
-	write = take && allowed
-	if write {
-		if cap(st.Bands) < len(limits) {
-			st.Bands = make([]Band, len(limits))
-		}
-		st.Bands = st.Bands[:len(limits)]
-		for i, l := range limits {
-			st.Bands[i] = Band{Limit: l, Level: levels[i]}
-		}
-		st.Last = t0
+// store writes the levels into st, as the bands of limits, refilled up to t0.
+func (b *bucket) store(st *State, limits []ratelimit.Limit) {
+	if cap(st.Bands) < len(limits) {
+		st.Bands = make([]Band, len(limits))
 	}
-	return d, TTL(reset), write
+	st.Bands = st.Bands[:len(limits)]
+	for i, l := range limits {
+		st.Bands[i] = Band{Limit: l, Level: b.levels[i]}
+	}
+	st.Last = b.t0
 }
 
 // carry converts the part of a token that a band of period p (in lowest

@@ -42,6 +42,23 @@ func (k Rate) Refill(level, elapsed int64) int64 {
 	return level + elapsed*k.R
 }
 
+// Debt returns the most tokens a band of rate k may owe: its capacity, or
+// less when the capacity in 1/P units is above 2^52, so that a band's span
+// from full to its floor, (C+Debt)·P, stays within MaxExact.
+func (k Rate) Debt() int64 {
+	return min(k.C, (MaxExact-k.C*k.P)/k.P)
+}
+
+// FloorDiv returns ⌊a/b⌋ for b >= 1, rounding down for a negative a too (Go's
+// a / b rounds toward zero).
+func FloorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
 // Gcd returns the greatest common divisor of a and b, both at least 1.
 func Gcd(a, b int64) int64 {
 	for b != 0 {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,34 +45,81 @@ const ReplyLen = 5
 // Args returns the script's ARGV for one check of r, which must be valid:
 // the call's part (see CallArgs), then r's (see AppendRequest).
 func (e *Encoder) Args(r ratelimit.Request) []any {
-	return e.AppendRequest(CallArgs(r, false, 1), r)
+	return e.AppendRequest(CallArgs(r, Each, 1), r)
+}
+
+// The script's modes (see the header of tokenbucket.lua). A call of
+// all-or-nothing groups of keys names their sizes instead: see Groups.
+const (
+	Each    = "each"    // every key decided on its own
+	All     = "all"     // every key, all or nothing
+	Reserve = "reserve" // one key, and a record of what it took
+	Settle  = "settle"  // a record settled on its key
+)
+
+// Groups returns the mode of a call of consecutive all-or-nothing groups of
+// the given sizes, each at least 1: "3,1,2".
+func Groups(sizes []int) string {
+	b := make([]byte, 0, 4*len(sizes))
+	for i, n := range sizes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(n), 10)
+	}
+	return string(b)
 }
 
 // CallArgs returns the start of the script's ARGV for a call of keys checks
-// decided at the time of r (the server's TIME when r.Now is zero): the
-// time, then the mode, "all" (all or nothing) or "each" (every key on its
-// own), with room for the checks' part.
-func CallArgs(r ratelimit.Request, all bool, keys int) []any {
-	args := make([]any, 2, 2+2*keys)
-	args[0], args[1] = "", "each"
+// decided at the time of r (the server's TIME when r.Now is zero) in mode,
+// with room for the checks' part.
+func CallArgs(r ratelimit.Request, mode string, keys int) []any {
+	args := make([]any, 2, 3+2*keys)
+	args[0], args[1] = "", mode
 	if !r.Now.IsZero() {
 		args[0] = r.Now.UnixMicro()
-	}
-	if all {
-		args[1] = "all"
 	}
 	return args
 }
 
 // AppendRequest appends one key's part of the script's ARGV for r: its cost
 // (-1 for a peek, which asks for one token and takes none; a negative cost
-// asks for that many and takes none) and its policy.
+// asks for that many and takes none), or its costs, one per limit, and its
+// policy.
 func (e *Encoder) AppendRequest(args []any, r ratelimit.Request) []any {
 	var cost any = r.Cost
-	if r.Peek {
+	switch {
+	case r.Peek:
 		cost = -1
+	case r.Costs != nil:
+		cost = costList(r.Costs)
 	}
 	return append(args, cost, e.policy(r.Limits))
+}
+
+// ReserveArgs returns the ARGV of a reserve of r (KEYS: the bucket, then the
+// record), its record kept for ttl (rounded up to the millisecond).
+func (e *Encoder) ReserveArgs(r ratelimit.Request, ttl time.Duration) []any {
+	ms := (ttl + time.Millisecond - 1) / time.Millisecond
+	return append(e.AppendRequest(CallArgs(r, Reserve, 1), r), int64(ms))
+}
+
+// SettleArgs returns the ARGV of a settle on r's limits and time of the
+// tokens actually used, one per limit (KEYS: the bucket, then the record).
+func (e *Encoder) SettleArgs(r ratelimit.Request, actual []int64) []any {
+	return append(CallArgs(r, Settle, 1), costList(actual), e.policy(r.Limits))
+}
+
+// costList is the script's list of costs, one per limit: "1,500".
+func costList(costs []int64) string {
+	b := make([]byte, 0, 8*len(costs))
+	for i, c := range costs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, c, 10)
+	}
+	return string(b)
 }
 
 // Encoder builds the script's arguments. It keeps the policy argument of
@@ -185,7 +233,7 @@ func ParseAt(r ratelimit.Request, entry, reply any) (ratelimit.Decision, error) 
 		n[i] = x
 	}
 	flags, reset, retry, back := n[0], n[2], n[3], n[4]
-	bound := flags >> 2
+	bound := flags >> 4
 	if bound >= int64(len(r.Limits)) {
 		return ratelimit.Decision{}, Unexpected(reply)
 	}
@@ -203,6 +251,19 @@ func ParseAt(r ratelimit.Request, entry, reply any) (ratelimit.Decision, error) 
 		Limit:      r.Limits[bound],
 		Converted:  flags&2 != 0,
 	}, nil
+}
+
+// ParseSettle reads the reply to a settle on r's limits: the standing
+// afterwards, and whether the script found the reservation's record.
+func ParseSettle(r ratelimit.Request, reply any) (d ratelimit.Decision, found bool, err error) {
+	v, err := Entries(reply, 1)
+	if err != nil {
+		return d, false, err
+	}
+	if d, err = ParseAt(r, v[0], reply); err != nil {
+		return d, false, err
+	}
+	return d, v[0].([]any)[0].(int64)&8 == 0, nil
 }
 
 // Unexpected is the error of a reply that is not the script's.

@@ -6,12 +6,18 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/arith"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
-// Version is the format version of the stored value, its first byte (see
-// the header of tokenbucket.lua).
-const Version = 1
+// The format versions of the stored value, its first byte (see the header of
+// tokenbucket.lua): Version for a bucket whose every level is at least zero,
+// the format of earlier releases too, and VersionDebt for one with a band in
+// debt, whose negative level those releases cannot read.
+const (
+	Version     = 1
+	VersionDebt = 2
+)
 
 // EncodeState returns st in the script's stored format (see the header of
 // tokenbucket.lua): the version, its Last, then per band its level and its
@@ -23,6 +29,11 @@ const Version = 1
 func EncodeState(st tokenbucket.State) string {
 	b := make([]byte, 1, 8+len(st.Bands)*28)
 	b[0] = Version
+	for _, band := range st.Bands {
+		if band.Level < 0 {
+			b[0] = VersionDebt
+		}
+	}
 	b = appendUint56(b, st.Last)
 	for _, band := range st.Bands {
 		b = appendUint56(b, band.Level)
@@ -35,7 +46,7 @@ func EncodeState(st tokenbucket.State) string {
 // script would refuse as malformed is an error wrapping
 // tokenbucket.ErrCorruptState (and so is a value of another version): a
 // decoded state re-encodes to the same bytes, and never holds more than its
-// capacity.
+// capacity or owes more than its debt floor.
 func DecodeState(raw string) (tokenbucket.State, error) {
 	var st tokenbucket.State
 	switch {
@@ -43,21 +54,27 @@ func DecodeState(raw string) (tokenbucket.State, error) {
 		return st, corrupt("too short")
 	case (len(raw)-8)%28 != 0 || len(raw) > 8+28*tokenbucket.MaxLimits:
 		return st, corrupt("wrong number of fields")
-	case raw[0] != Version:
+	case raw[0] != Version && raw[0] != VersionDebt:
 		return st, corrupt("unknown version")
 	}
 	st.Last = uint56(raw[1:])
 	if st.Last > tokenbucket.MaxTime {
 		return tokenbucket.State{}, corrupt("time out of range")
 	}
+	debt := false
 	for pos := 8; pos < len(raw); pos += 28 {
-		level, c, r, p := uint56(raw[pos:]), uint56(raw[pos+7:]), uint56(raw[pos+14:]), uint56(raw[pos+21:])
+		level, c, r, p := int56(raw[pos:]), uint56(raw[pos+7:]), uint56(raw[pos+14:]), uint56(raw[pos+21:])
 		if c < 1 || r < 1 || p < 1 || c > tokenbucket.MaxExact || r > tokenbucket.MaxExact || p > tokenbucket.MaxExact ||
-			c > tokenbucket.MaxExact/p || level > c*p {
+			c > tokenbucket.MaxExact/p || level > c*p || level < -(arith.Rate{C: c, R: r, P: p}).Debt()*p {
 			return tokenbucket.State{}, corrupt("field out of range")
 		}
+		debt = debt || level < 0
 		l := ratelimit.Limit{Capacity: c, RefillTokens: r, RefillPeriod: time.Duration(p) * time.Microsecond}
 		st.Bands = append(st.Bands, tokenbucket.Band{Limit: l, Level: level})
+	}
+	if debt != (raw[0] == VersionDebt) {
+		// Each version has one encoding: a bucket in debt is version 2.
+		return tokenbucket.State{}, corrupt("field out of range")
 	}
 	return st, nil
 }
@@ -71,6 +88,9 @@ func corrupt(what string) error {
 func appendUint56(b []byte, v int64) []byte {
 	return append(b, byte(v>>48), byte(v>>40), byte(v>>32), byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
 }
+
+// int56 reads a 7-byte two's-complement integer.
+func int56(s string) int64 { return uint56(s) << 8 >> 8 }
 
 func uint56(s string) int64 {
 	var v int64

@@ -77,7 +77,7 @@ func TestAnUnexpectedReplyWrapsItsSentinel(t *testing.T) {
 	ok := entry(int64(1), int64(2), int64(0), int64(0), int64(0))
 	for _, reply := range []any{
 		nil, "OK", []any{int64(1)}, ok[1:], entry(int64(1), int64(2), "x", int64(0), int64(0)),
-		entry(int64(1), int64(2), int64(0)), entry(int64(4), int64(1), int64(0), int64(0), int64(0)), entry(int64(-1), int64(1), int64(0), int64(0), int64(0)),
+		entry(int64(1), int64(2), int64(0)), entry(int64(16), int64(1), int64(0), int64(0), int64(0)), entry(int64(-1), int64(1), int64(0), int64(0), int64(0)),
 		append(ok, ok[1:]...), append([]any{int64(6)}, ok[1:]...),
 	} {
 		if _, err := script.ParseReply(r, reply); !errors.Is(err, redisstore.ErrUnexpectedReply) {

@@ -1,53 +1,72 @@
--- tokenbucket.lua: the exact token bucket, the twin of tokenbucket's (*State).Step and StepAll,
--- read beside tokenbucket/step.go: the functions and names are Go's. It decides K buckets, each
--- on its own or all or nothing, in integers of at most 2^53.
+-- tokenbucket.lua: the exact token bucket, the twin of tokenbucket's (*State).Step, StepAll and
+-- Settle, read beside tokenbucket/step.go: the functions and names are Go's. It decides K buckets,
+-- each on its own or in all-or-nothing groups, and reserves and settles, in integers of at most
+-- 2^53.
 --
--- KEYS[1..K]  the buckets, one per check
+-- KEYS[1..K]  the buckets, one per check; for "reserve" and "settle", the bucket and then its
+--             reservation's record (a key in the bucket's slot)
 -- ARGV[1]     now, in µs since the Unix epoch, or "" to read the server's TIME (once per call)
--- ARGV[2]     "each": every key is decided on its own, in order, as K calls of one key would
---             decide it (a key named twice sees its own earlier write); "all": every cost is
---             taken when every key is allowed, and none otherwise (the keys distinct, as for
---             StepAll)
--- then two per key, in the order of KEYS:
---   cost      the tokens to take; or, negative, the tokens to ask for without taking any
---             (a peek asks for one: -1)
+-- ARGV[2]     the mode:
+--   "each"    every key is decided on its own, in order, as K calls of one key would decide it
+--             (a key named twice sees its own earlier write);
+--   "all"     every cost is taken when every key is allowed, and none otherwise (the keys
+--             distinct, as for StepAll);
+--   "3,1,2"   groups of consecutive keys, their sizes adding up to K: each group is decided as
+--             "all" decides its keys, each independently of the others, in order;
+--   "reserve" KEYS[1] is decided as "each" decides it, and when allowed the record KEYS[2] is
+--             written: what each limit took, kept for ARGV[5] ms;
+--   "settle"  the record KEYS[2] is read and deleted, and what it holds settled on KEYS[1] as
+--             Settle does with the actual costs; without a record nothing changes, and the
+--             reply says so (flag 8).
+-- then two per bucket, in the order of KEYS:
+--   cost      the tokens to take from every limit; a list "c1,c2,..." of one per limit; or,
+--             negative, the tokens to ask for without taking any (a peek asks for one: -1).
+--             For "settle", the tokens used (0 and up), one for all or one per limit.
 --   policy    a binary string (struct.pack): the number of limits n (1 byte, 1 to 8), then per
 --             limit its capacity c, refill tokens r and refill period p in µs, the rate in lowest
 --             terms, as 7-byte big-endian integers. The values are read as doubles: 2^53 + 1
 --             reads as 2^53.
+-- and for "reserve" ARGV[5], the record's lifetime in ms.
 --
 -- Stored value, a binary string of 8 + 28 bytes per limit (36 for one limit):
---   version (1 byte, 1), last (7 bytes), then per limit: level, c, r, p (7 bytes each)
+--   version (1 byte), last (7 bytes), then per limit: level, c, r, p (7 bytes each)
 -- all big-endian. last is the time up to which the bucket is refilled (µs); a level counts in
--- 1/p of a token (level/p whole tokens plus a remainder). Only a check that takes tokens writes;
--- the key expires (PX) once the bucket would be full, rounded up to the millisecond, at least
--- 1 ms. A value of another version is refused as malformed: a release that changes the format
--- gives it a new version number and reads this one, version 1, with its own reader.
+-- 1/p of a token (level/p whole tokens plus a remainder), two's complement: below zero only in
+-- debt, down to -debt(c)·p (see Debt in arith.go). Version 1 has no band in debt, and is the
+-- format of releases without debt; version 2 has one, so that those releases refuse it as
+-- malformed rather than misread it. Only a check that takes tokens, or a settle that changes a
+-- level, writes; the key expires (PX) once the bucket would be full, rounded up to the
+-- millisecond, at least 1 ms. A value of another version is refused as malformed.
+--
+-- Record, a binary string of 1 + 28 bytes per limit: version (1), then per limit of the policy
+-- that reserved: tokens, c, r, p (7 bytes each), what it took from the band of that limit.
 --
 -- Reply: an array of 1 + 5K integers: the number of integers per key, 5, then per key, in the
--- order of KEYS: flags (1: its own bucket holds the cost; 2: another policy wrote the bucket;
--- plus 4 times the index of the binding limit, from 0), remaining tokens, reset after (µs), retry
--- after (µs), and the clock's catch-up (µs: the bucket's last minus now, when the clock is
--- behind it); or, for a key that has an error, the error in place of its flags (and 0 for the
--- rest). The caller adds the catch-up to each wait that is not 0 (the sum can pass 2^53). A
--- later format can give each key more integers behind the count. In "all" mode a key with an
--- error is not allowed, so nothing is taken.
+-- order of KEYS (for "reserve" and "settle", one key: the bucket): flags (1: its own bucket
+-- holds the cost, or for a settle a token; 2: another policy wrote the bucket; 8: a settle found
+-- no record; plus 16 times the index of the binding limit, from 0), remaining tokens, reset after
+-- (µs), retry after (µs), and the clock's catch-up (µs: the bucket's last minus now, when the
+-- clock is behind it); or, for a key that has an error, the error in place of its flags (and 0
+-- for the rest). The caller adds the catch-up to each wait that is not 0 (the sum can pass
+-- 2^53). A later format can give each key more integers behind the count. In a group a key with
+-- an error is not allowed, so nothing is taken.
 -- Errors: "ratelimit: invalid argument: malformed argument" (for a key, or for the whole call
--- when ARGV[1] or ARGV[2] is), where the caller has already checked the request (Go's
--- Request.Validate gives the reason); "ratelimit: malformed bucket state: <what>" for a key.
+-- when ARGV[1], ARGV[2] or the number of arguments is), where the caller has already checked the
+-- request (Go's Request.Validate gives the reason); "ratelimit: malformed bucket state: <what>"
+-- for a key, or for a record.
 --
--- Exactness: every value is an integer of at most 2^53, and so is every product formed. For
--- 0 <= a <= 2^53 and b >= 1, (a - a % b) / b is floor(a / b) or, only near 2^53, one more,
--- which the test "q * b > a" corrects; the same with "q * b < a" gives the ceiling.
+-- Exactness: every value is an integer of at most 2^53 in magnitude, and so is every product
+-- formed. For -2^53 <= a <= 2^53 and b >= 1, (a - a % b) / b is floor(a / b) or, only near
+-- 2^53, one more, which the test "q * b > a" corrects; the same with "q * b < a" gives the
+-- ceiling.
 --
 -- Cost: Redis runs this body on every call, and every object it makes (a table, a string, a
 -- closure, an upvalue, a table that grows) is made and collected again each time, some 500
 -- instructions apiece (callgrind). Readability costs here: the five functions below, twins of
 -- Go's, are ~5,000 instructions of closures per call, and a key's limits, bands and levels are
 -- tables. step returns its reply's integers rather than a table, tables are made at their full
--- size, and a policy string is decoded once per call. Redis instructions per decision of one
--- limit (callgrind): ~88,000 for a call of one key (the unversioned script before it: ~83,000),
--- ~59,000 at 4 keys a call, ~49,000 at 16.
+-- size, a policy string is decoded once per call, and what only a settle needs is made only in
+-- a settle. Redis instructions per decision of one limit (callgrind): see docs/performance.md.
 
 -- arith.CeilDiv: ⌈a/b⌉ for b >= 1, 0 for a <= 0.
 local function ceilDiv(a, b)
@@ -57,7 +76,7 @@ local function ceilDiv(a, b)
   return q
 end
 
--- ⌊a/b⌋ for a >= 0 and b >= 1 (Go's a / b).
+-- arith.FloorDiv: ⌊a/b⌋ for b >= 1, below zero too.
 local function floorDiv(a, b)
   local q = (a - a % b) / b
   if q * b > a then q = q - 1 end
@@ -85,21 +104,24 @@ local function carry(rem, p, q)
   return v
 end
 
--- step decides a check of cost (negative: ask, take nothing) of limits on the bucket at key at
--- now, as Step does, and when take is true and it is allowed takes the cost and writes the
--- bucket: it returns the key's 5 integers of the reply (see the header), or nil and its error.
-local function step(key, limits, cost, now, take)
+-- step decides a check of limits on the bucket at key at now, as Step does: cost is what every
+-- limit asks for (negative: ask, take nothing), or costs[i] limit i's; when take is true and it
+-- is allowed it takes the costs and writes the bucket. With held (a record's limits and tokens)
+-- it settles instead, as Settle does: costs[i] or cost is what limit i used. It returns the
+-- key's 5 integers of the reply (see the header), or nil and its error.
+local function step(key, limits, cost, costs, now, take, held)
   -- (Locals, not upvalues: Redis runs the script's body on every call, and each upvalue is an
   -- object made and collected per call.)
-  local MAX, MAXTIME, VERSION = 9007199254740992, 4503599627370496, 1
+  local MAX, MAXTIME = 9007199254740992, 4503599627370496
   local CORRUPT = 'ratelimit: malformed bucket state: '
-  local need = cost
-  if need < 0 then need = -need end
   local n = #limits
   for i = 1, n do
-    if need > limits[i].c then return nil, 'ratelimit: invalid argument: malformed argument' end
+    local l, c = limits[i], cost
+    if costs then c = costs[i] end
+    if c < 0 then c = -c end
+    if not held and c > l.c then return nil, 'ratelimit: invalid argument: malformed argument' end
   end
-  take = take and cost > 0
+  take = take and cost > 0 and not held
 
   -- The stored bucket (DecodeState's rules): each band is its limit's c, r and p, and its level,
   -- refilled at the rate of the limit that wrote it.
@@ -113,22 +135,30 @@ local function step(key, limits, cost, now, take)
     m = (len - 8) / 28
     if m % 1 ~= 0 or m > 8 then return nil, CORRUPT .. 'wrong number of fields' end
     local v, last = struct.unpack('>BI7', raw)
-    if v ~= VERSION then return nil, CORRUPT .. 'unknown version' end
+    if v ~= 1 and v ~= 2 then return nil, CORRUPT .. 'unknown version' end
     if last > MAXTIME then return nil, CORRUPT .. 'time out of range' end
     if last > now then
       t0, back = last, last - now
     end
     bands = {false, false, false, false, false, false, false, false} -- (see levels)
+    local debt = false
     for k = 1, m do
-      local level, c, r, p = struct.unpack('>I7I7I7I7', raw, 9 + 28 * (k - 1))
+      local level, c, r, p = struct.unpack('>i7I7I7I7', raw, 9 + 28 * (k - 1))
       if c < 1 or r < 1 or p < 1 or c > MAX or r > MAX or p > MAX or c > MAX / p or level > c * p then
         return nil, CORRUPT .. 'field out of range'
       end
       local b = {c = c, r = r, p = p, level = level}
+      if level < 0 then
+        local floor = floorDiv(MAX - c * p, p)
+        if floor > c then floor = c end
+        if level < -floor * p then return nil, CORRUPT .. 'field out of range' end
+        debt = true
+      end
       b.level = refill(b, level, t0 - last)
       if b.level ~= c * p then exists = true end
       bands[k] = b
     end
+    if debt ~= (v == 2) then return nil, CORRUPT .. 'field out of range' end
     if not exists then
       -- Full by now: the same as a missing bucket, decided at now.
       t0, back = now, 0
@@ -143,8 +173,9 @@ local function step(key, limits, cost, now, take)
     end
   else
     -- First each limit takes the band it wrote, then each limit left takes the next band left:
-    -- a changed limit carries over the band it replaces, at no more than its own capacity. A
-    -- limit with no band left takes the bucket's fewest whole tokens.
+    -- a changed limit carries over the band it replaces, at no more than its own capacity and
+    -- no deeper in debt than its own floor. A limit with no band left takes the bucket's fewest
+    -- whole tokens.
     local matched = 0
     for i = 1, n do
       local l = limits[i]
@@ -166,11 +197,11 @@ local function step(key, limits, cost, now, take)
         end
         local b, tok = bands[nextband], nil
         if b then
-          -- The band it replaces: its whole tokens, and the part of a token it had, in this
-          -- limit's units.
+          -- The band it replaces: its whole tokens (rounded down, so a debt is never forgiven),
+          -- and the part of a token it had, in this limit's units.
           b.used = true
           tok = floorDiv(b.level, b.p)
-          if tok < l.c then
+          if tok < l.c and tok >= -l.debt then
             levels[i] = tok * l.p + carry(b.level - tok * b.p, b.p, l.p)
           end
         else
@@ -181,32 +212,73 @@ local function step(key, limits, cost, now, take)
         end
         if not levels[i] then
           if tok > l.c then tok = l.c end
+          if tok < -l.debt then tok = -l.debt end
           levels[i] = tok * l.p
         end
       end
     end
   end
 
+  local write = false
+  if held then
+    -- Settle: each limit that the record took from gets its difference, an overrun down to its
+    -- debt floor, a refund up to full (settled in step.go).
+    for i = 1, n do
+      local l = limits[i]
+      for j = 1, #held do
+        local h = held[j]
+        if not h.used and h.c == l.c and h.r == l.r and h.p == l.p then
+          h.used = true
+          local c = cost
+          if costs then c = costs[i] end
+          local delta, full, floor, level = c - h.tokens, l.c * l.p, -l.debt * l.p, levels[i]
+          if delta > 0 then
+            if delta >= l.c + l.debt or level - floor <= delta * l.p then
+              level = floor
+            else
+              level = level - delta * l.p
+            end
+          elseif delta < 0 then
+            if -delta >= l.c or full - level <= -delta * l.p then
+              level = full
+            else
+              level = level - delta * l.p
+            end
+          end
+          if level ~= levels[i] then levels[i], write = level, true end
+          break
+        end
+      end
+    end
+    cost, costs = -1, nil -- the standing after it, as a peek reports it
+  end
+
   local allowed = true
   for i = 1, n do
+    local need = cost
+    if costs then need = costs[i] end
+    if need < 0 then need = -need end
     if levels[i] < need * limits[i].p then
       allowed = false
       break
     end
   end
   take = take and allowed
+  write = write or take
   local remaining, bound, retry, reset = -1, 1, 0, 0
   local value
-  if take then
-    value = struct.pack('>BI7', VERSION, t0)
-  end
+  local version = 1
   for i = 1, n do
     local l = limits[i]
+    local need = cost
+    if costs then need = costs[i] end
+    if need < 0 then need = -need end
     if take then
-      levels[i] = levels[i] - cost * l.p
-      value = value .. struct.pack('>I7I7I7I7', levels[i], l.c, l.r, l.p)
+      levels[i] = levels[i] - need * l.p
     end
+    if levels[i] < 0 then version = 2 end
     local tok = floorDiv(levels[i], l.p)
+    if tok < 0 then tok = 0 end
     if remaining < 0 or tok < remaining then
       remaining = tok
       if allowed then bound = i end
@@ -220,7 +292,12 @@ local function step(key, limits, cost, now, take)
     local w = ceilDiv(l.c * l.p - levels[i], l.r)
     if w > reset then reset = w end
   end
-  if take then
+  if write then
+    value = struct.pack('>BI7', version, t0)
+    for i = 1, n do
+      local l = limits[i]
+      value = value .. struct.pack('>i7I7I7I7', levels[i], l.c, l.r, l.p)
+    end
     -- The key lives until the bucket is full: (reset + back) / 1 ms, rounded up once.
     local rr, rb = reset % 1000, back % 1000
     local ms = (reset - rr) / 1000 + (back - rb) / 1000
@@ -232,7 +309,7 @@ local function step(key, limits, cost, now, take)
     if ms < 1 then ms = 1 end
     redis.call('SET', key, value, 'PX', ms)
   end
-  local flags = 4 * (bound - 1)
+  local flags = 16 * (bound - 1)
   if allowed then flags = flags + 1 end
   if converted then flags = flags + 2 end
   return flags, remaining, reset, retry, back
@@ -241,8 +318,32 @@ end
 local MAX, MAXTIME = 9007199254740992, 4503599627370496 -- 2^53, 2^52
 local MALFORMED = 'ratelimit: invalid argument: malformed argument'
 local now, mode = ARGV[1], ARGV[2]
-if #ARGV ~= 2 + 2 * #KEYS or (mode ~= 'each' and mode ~= 'all') then
+local nkeys, groups = #KEYS, nil
+local reserve, settle = mode == 'reserve', mode == 'settle'
+local keep -- reserve: the record's lifetime in ms
+if reserve or settle then
+  local want = 4
+  if reserve then want = 5 end
+  if nkeys ~= 2 or #ARGV ~= want then return redis.error_reply(MALFORMED) end
+  nkeys = 1
+  if reserve then
+    keep = tonumber(ARGV[5])
+    if keep == nil or keep < 1 or keep % 1 ~= 0 or keep > MAX then return redis.error_reply(MALFORMED) end
+  end
+elseif #ARGV ~= 2 + 2 * nkeys then
   return redis.error_reply(MALFORMED)
+elseif mode == 'all' then
+  groups = {nkeys}
+elseif mode ~= 'each' then
+  -- Group sizes, each at least 1, adding up to K.
+  groups = {}
+  local sum = 0
+  for g in string.gmatch(mode, '[^,]+') do
+    local size = tonumber(g)
+    if size == nil or size < 1 or size % 1 ~= 0 then return redis.error_reply(MALFORMED) end
+    groups[#groups + 1], sum = size, sum + size
+  end
+  if sum ~= nkeys then return redis.error_reply(MALFORMED) end
 end
 if now == '' then
   local t = redis.call('TIME')
@@ -254,52 +355,120 @@ else
   end
 end
 
--- "each" decides every key in one pass, taking what it allows. "all" is StepAll: a first pass
--- decides every key without taking, and only when every one is allowed a second pass decides
--- them again, taking their costs.
-local reply, policies = {5, 0, 0, 0, 0, 0}, nil -- (made at the size of one key's reply)
-if #KEYS > 1 then policies = {} end
-local passes, all = 1, true
-if mode == 'all' then passes = 2 end
-for pass = 1, passes do
-  if not all then break end
-  for j = 1, #KEYS do
-    -- Key j's cost and limits: its policy string decoded once per call (with several keys),
-    -- each limit's c, r and p checked by Limit.Validate's rules (which Go has already checked).
-    local cost, pol = tonumber(ARGV[1 + 2 * j]), ARGV[2 + 2 * j]
-    if cost ~= nil and (cost ~= cost or cost == 0 or cost % 1 ~= 0) then cost = nil end
-    local limits = policies and policies[pol]
-    if limits == nil then
-      limits = false
-      local len = #pol
-      local n = len >= 22 and struct.unpack('>B', pol)
-      if n and n >= 1 and n <= 8 and len == 1 + 21 * n then
-        limits = {}
-        for i = 1, n do
-          local c, r, p = struct.unpack('>I7I7I7', pol, 2 + 21 * (i - 1))
-          if c < 1 or r < 1 or p < 1 or c > MAX or r > MAX or p > MAX or c > MAX / p then
-            limits = false
-            break
-          end
-          limits[i] = {c = c, r = r, p = p}
-        end
+-- A settle's record: its limits and what each took (nil when there is none), checked as a
+-- bucket's fields are.
+local held
+if settle then
+  local raw = redis.call('GET', KEYS[2])
+  if raw then
+    local len = #raw
+    local m = (len - 1) / 28
+    if len < 29 or m % 1 ~= 0 or m > 8 or struct.unpack('>B', raw) ~= 1 then
+      return redis.error_reply('ratelimit: malformed bucket state: reservation record')
+    end
+    held = {}
+    for k = 1, m do
+      local tokens, c, r, p = struct.unpack('>I7I7I7I7', raw, 2 + 28 * (k - 1))
+      if c < 1 or r < 1 or p < 1 or c > MAX or r > MAX or p > MAX or c > MAX / p or tokens > c then
+        return redis.error_reply('ratelimit: malformed bucket state: reservation record')
       end
-      if policies then policies[pol] = limits end
-    end
-    local y = 2 + 5 * (j - 1)
-    local flags, remaining, reset, retry, back
-    if cost and limits then
-      flags, remaining, reset, retry, back = step(KEYS[j], limits, cost, now, pass == passes)
-    else
-      remaining = MALFORMED
-    end
-    if flags then
-      reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = flags, remaining, reset, retry, back
-      all = all and flags % 2 == 1
-    else
-      reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = {err = remaining}, 0, 0, 0, 0
-      all = false
+      held[k] = {tokens = tokens, c = c, r = r, p = p}
     end
   end
+end
+
+-- Each group is StepAll: a first pass decides its keys without taking, and only when every one
+-- is allowed a second pass decides them again, taking their costs. A key on its own ("each",
+-- and a group of one) is decided in one pass.
+local reply, policies = {5, 0, 0, 0, 0, 0}, nil -- (made at the size of one key's reply)
+if nkeys > 1 then policies = {} end
+local first, g = 1, 0
+while first <= nkeys do
+  local size = 1
+  if groups then
+    g = g + 1
+    size = groups[g]
+  end
+  local last, passes, all = first + size - 1, 1, true
+  if size > 1 then passes = 2 end
+  for pass = 1, passes do
+    if not all then break end
+    for j = first, last do
+      -- Key j's cost and limits: its policy string decoded once per call (with several keys),
+      -- each limit's c, r and p checked by Limit.Validate's rules (which Go has already
+      -- checked), and a list of costs read when it is one.
+      local arg, pol = ARGV[1 + 2 * j], ARGV[2 + 2 * j]
+      local limits = policies and policies[pol]
+      if limits == nil then
+        limits = false
+        local len = #pol
+        local n = len >= 22 and struct.unpack('>B', pol)
+        if n and n >= 1 and n <= 8 and len == 1 + 21 * n then
+          limits = {}
+          for i = 1, n do
+            local c, r, p = struct.unpack('>I7I7I7', pol, 2 + 21 * (i - 1))
+            if c < 1 or r < 1 or p < 1 or c > MAX or r > MAX or p > MAX or c > MAX / p then
+              limits = false
+              break
+            end
+            local debt = floorDiv(MAX - c * p, p) -- (arith.Rate.Debt)
+            if debt > c then debt = c end
+            limits[i] = {c = c, r = r, p = p, debt = debt}
+          end
+        end
+        if policies then policies[pol] = limits end
+      end
+      local cost, costs = tonumber(arg), nil
+      if cost == nil and limits then
+        -- One cost per limit.
+        costs, cost = {}, 1
+        for c in string.gmatch(arg, '[^,]+') do
+          costs[#costs + 1] = tonumber(c) or -1
+        end
+        if #costs ~= #limits then costs = false end
+        for i = 1, #limits do
+          local c = costs and costs[i]
+          if not c or c ~= c or c % 1 ~= 0 or c < 1 and not (settle and c == 0) or c > MAX then costs = false end
+        end
+      elseif cost ~= nil and (cost ~= cost or cost % 1 ~= 0 or cost == 0 and not settle or cost < 0 and settle or cost > MAX) then
+        cost = nil
+      end
+      local y = 2 + 5 * (j - 1)
+      local flags, remaining, reset, retry, back
+      if cost and costs ~= false and limits then
+        if settle and not held then
+          -- No record: the standing, as a peek reports it, and flag 8.
+          flags, remaining, reset, retry, back = step(KEYS[j], limits, -1, nil, now, false, nil)
+          if flags then flags = flags + 8 end
+        else
+          flags, remaining, reset, retry, back = step(KEYS[j], limits, cost, costs, now, pass == passes, held)
+        end
+      else
+        remaining = MALFORMED
+      end
+      if flags and reserve and flags % 2 == 1 then
+        -- Reserved: the record of what each limit took, kept for ARGV[5] ms.
+        local value = struct.pack('>B', 1)
+        for i = 1, #limits do
+          local l, c = limits[i], cost
+          if costs then c = costs[i] end
+          value = value .. struct.pack('>I7I7I7I7', c, l.c, l.r, l.p)
+        end
+        redis.call('SET', KEYS[2], value, 'PX', keep)
+      end
+      if flags then
+        reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = flags, remaining, reset, retry, back
+        all = all and flags % 2 == 1
+      else
+        reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = {err = remaining}, 0, 0, 0, 0
+        all = false
+      end
+    end
+  end
+  first = last + 1
+end
+
+if settle and held and type(reply[2]) == 'number' then
+  redis.call('DEL', KEYS[2])
 end
 return reply
