@@ -58,7 +58,8 @@ type ErrorEvent struct {
 	// invalid (it encoded to an empty string).
 	Key string
 	// Op is the operation that failed: "acquire" (TryAcquire, TryAcquireN,
-	// an item of TryAcquireMany, Wait), "peek" or "reset".
+	// an item of TryAcquireMany, Wait), "peek", "reset", "reserve" or
+	// "settle" (a Reservation's Settle or Cancel, or Limiter.Settle).
 	Op string
 	// Cost is the number of tokens asked for (1 for a Peek, 0 for a
 	// Reset).
@@ -114,5 +115,7 @@ func (m multiObserver) ObserveError(ctx context.Context, e ErrorEvent) {
 const (
 	opAcquire = "acquire"
 	opPeek    = "peek"
+	opReserve = "reserve"
+	opSettle  = "settle"
 	opReset   = "reset"
 )

@@ -546,8 +546,12 @@ func (s *Store) beyondShare(r, lr ratelimit.Request) (d ratelimit.Decision, deni
 	if s.share <= 1 || r.Peek {
 		return d, false, nil
 	}
-	for _, l := range lr.Limits {
-		if r.Cost > l.Capacity {
+	for i, l := range lr.Limits {
+		cost := r.Cost
+		if r.Costs != nil {
+			cost = r.Costs[i]
+		}
+		if cost > l.Capacity {
 			pr := lr
 			pr.Peek = true
 			if d, err = s.unchecked(pr, false); err != nil {

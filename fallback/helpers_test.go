@@ -93,6 +93,22 @@ func (f *fakePrimary) Reset(ctx context.Context, key string) error {
 	return f.store.Reset(ctx, key)
 }
 
+func (f *fakePrimary) Reserve(ctx context.Context, key, id string, r ratelimit.Request, ttl time.Duration) (ratelimit.Decision, error) {
+	f.calls.Add(1)
+	if err := f.outcome(ctx); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	return f.store.Reserve(ctx, key, id, r, ttl)
+}
+
+func (f *fakePrimary) Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error) {
+	f.calls.Add(1)
+	if err := f.outcome(ctx); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	return f.store.Settle(ctx, key, id, r, actual)
+}
+
 // pingingPrimary is a fakePrimary with a Ping method.
 type pingingPrimary struct{ *fakePrimary }
 

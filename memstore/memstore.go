@@ -70,6 +70,8 @@ type Store struct {
 	pruneAt  int // the size of the index at which to prune it next
 
 	shards [shardCount]shard
+
+	reserved reservations // see Reserve
 }
 
 // policyKey is a policy in comparable form: its limits, zero beyond n.
@@ -250,7 +252,14 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 	sh.mu.Lock()
 	swept := s.sweep(sh, clock)
 	p := s.policyIn(sh, r.Limits)
-	if p == nil || !r.Peek && (r.Cost < 1 || r.Cost > p.minCap) {
+	cost := r.Cost
+	valid := p != nil && (r.Peek || cost >= 1 && cost <= p.minCap)
+	if r.Costs != nil && p != nil && !r.Peek {
+		// A cost per limit: the first for one limit (several are decided
+		// by Step).
+		cost, valid = r.Costs[0], r.Validate() == nil
+	}
+	if !valid {
 		sh.mu.Unlock()
 		return ratelimit.Decision{}, r.Validate()
 	}
@@ -276,7 +285,7 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 		if e != nil {
 			b = scalar{found: true, last: e.last, level: e.level}
 		}
-		ttl, write := stepOne(&d, p.low, r.Limits[0], r.Cost, r.Peek, us, &b)
+		ttl, write := stepOne(&d, p.low, r.Limits[0], cost, r.Peek, us, &b)
 		switch {
 		case !write:
 		case e != nil && sh.pols[e.pol].p == p:

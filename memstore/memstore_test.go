@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -112,5 +113,29 @@ func TestKeysOfAnyShape(t *testing.T) {
 	}
 	if got := s.Len(); got != 7 {
 		t.Fatalf("Len = %d, want 7 buckets", got)
+	}
+}
+
+// TestAReservationExpiresOnTheStoresClock: a reservation not settled within
+// its ttl, on the store's clock, is kept as taken.
+func TestAReservationExpiresOnTheStoresClock(t *testing.T) {
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.Start)
+	s := memstore.New(memstore.WithClock(clock.Now))
+	l, err := ratelimit.New[string](s, ratelimit.PerMinute(100), ratelimit.WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv, err := l.Reserve(ctx, "s", time.Second, 60)
+	if err != nil || !rv.Decision.Allowed {
+		t.Fatal(rv, err)
+	}
+	clock.Add(time.Second)
+	if err := rv.Cancel(ctx); !errors.Is(err, ratelimit.ErrNotReserved) {
+		t.Fatalf("cancel after the ttl: %v; want ErrNotReserved", err)
+	}
+	d, err := l.Peek(ctx, "s")
+	if err != nil || d.Remaining != 41 { // 40 left, and a second's refill
+		t.Fatalf("after the expired reservation: %+v, %v; want 41 (kept as taken)", d, err)
 	}
 }

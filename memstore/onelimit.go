@@ -75,7 +75,7 @@ func stepOne(d *ratelimit.Decision, k lowest, l ratelimit.Limit, cost int64, pee
 	}
 	*d = ratelimit.Decision{
 		Allowed:    allowed,
-		Remaining:  level / k.p,
+		Remaining:  max(level, 0) / k.p, // 0 in debt (see tokenbucket's Settle)
 		RetryAfter: microsDuration(retry),
 		ResetAfter: microsDuration(reset),
 		Limit:      l,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
 	"github.com/exactlimit/ratelimit/internal/redistest"
 	"github.com/exactlimit/ratelimit/internal/script"
 	"github.com/exactlimit/ratelimit/internal/storetest"
@@ -519,6 +520,7 @@ func TestDifferential(t *testing.T) {
 	for seq := range *differentialSequences {
 		key := fmt.Sprintf("diff-%d", seq)
 		var pure tokenbucket.State
+		holds := map[string][]tokenbucket.Hold{} // the open reservations, by id
 		now := storetest.Start.UnixMicro()
 		policy := policies[rng.IntN(len(policies))]
 		for step := range 60 {
@@ -558,6 +560,27 @@ func TestDifferential(t *testing.T) {
 				continue
 			case x < 20:
 				r.Peek = true
+			case x < 32:
+				// A reserve, with a cost per limit when there are several.
+				if len(policy) > 1 {
+					r.Costs = make([]int64, len(policy))
+					for i, l := range policy {
+						r.Costs[i] = 1 + rng.Int64N(min(l.Capacity, 40))
+					}
+				}
+				reserveDiff(t, what, ctx, client, ms, &pure, key, fmt.Sprint(step), r, now, holds)
+				continue
+			case x < 42 && len(holds) > 0:
+				var id string
+				for id = range holds {
+					break
+				}
+				actual := make([]int64, len(policy))
+				for i, l := range policy {
+					actual[i] = rng.Int64N(2*min(l.Capacity, 40) + 1)
+				}
+				settleDiff(t, what, ctx, client, ms, &pure, key, id, ratelimit.Request{Limits: policy, Now: r.Now}, actual, now, holds)
+				continue
 			}
 			want, ttl, write := pure.Step(r, now)
 			got, err := ms.Apply(ctx, key, r)
@@ -584,6 +607,76 @@ func TestDifferential(t *testing.T) {
 				t.Fatalf("%s: Apply on a fresh key: %+v %v", what, got, err)
 			}
 		}
+	}
+}
+
+// diffEncoder builds the script arguments of TestDifferential's reserves and
+// settles, which it runs in a MULTI of its own.
+var diffEncoder script.Encoder
+
+// reserveDiff reserves r as id on the pure state, memstore and the script,
+// and compares their decisions and the bucket's expiry.
+func reserveDiff(t *testing.T, what string, ctx context.Context, client redis.UniversalClient, ms *memstore.Store, pure *tokenbucket.State, key, id string, r ratelimit.Request, now int64, holds map[string][]tokenbucket.Hold) {
+	t.Helper()
+	want, ttl, write := pure.Step(r, now)
+	if want.Allowed {
+		holds[id] = tokenbucket.Held(r)
+	}
+	got, err := ms.Reserve(ctx, key, id, r, time.Hour)
+	if err != nil || got != want {
+		t.Fatalf("%s: memstore reserve %+v %v, Step %+v", what, got, err, want)
+	}
+	pipe := client.TxPipeline()
+	res := pipe.EvalSha(ctx, script.SHA, []string{key, keyfmt.Record(key, id)}, diffEncoder.ReserveArgs(r, time.Hour)...)
+	pttl := pipe.PTTL(ctx, key)
+	pipe.Persist(ctx, key)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("%s: %v", what, err)
+	}
+	got, err = script.ParseReply(r, res.Val())
+	if err != nil || got != want {
+		t.Fatalf("%s: redis reserve %+v %v, Step %+v", what, got, err, want)
+	}
+	if write && (pttl.Val() > ttl || pttl.Val() < ttl-time.Second) {
+		t.Fatalf("%s: PTTL %v, Step's ttl %v", what, pttl.Val(), ttl)
+	}
+	if n, _ := client.Exists(ctx, keyfmt.Record(key, id)).Result(); (n == 1) != want.Allowed {
+		t.Fatalf("%s: a record exists: %v, the reserve allowed: %v", what, n == 1, want.Allowed)
+	}
+}
+
+// settleDiff settles reservation id on the pure state, memstore and the
+// script, and compares their decisions and the bucket's expiry.
+func settleDiff(t *testing.T, what string, ctx context.Context, client redis.UniversalClient, ms *memstore.Store, pure *tokenbucket.State, key, id string, r ratelimit.Request, actual []int64, now int64, holds map[string][]tokenbucket.Hold) {
+	t.Helper()
+	want, ttl, write := pure.Settle(r, holds[id], actual, now)
+	delete(holds, id)
+	got, err := ms.Settle(ctx, key, id, r, actual)
+	if err != nil || got != want {
+		t.Fatalf("%s: memstore settle %v: %+v %v, Settle %+v", what, actual, got, err, want)
+	}
+	pipe := client.TxPipeline()
+	res := pipe.EvalSha(ctx, script.SHA, []string{key, keyfmt.Record(key, id)}, diffEncoder.SettleArgs(r, actual)...)
+	pttl := pipe.PTTL(ctx, key)
+	pipe.Persist(ctx, key)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("%s: %v", what, err)
+	}
+	got, found, err := script.ParseSettle(r, res.Val())
+	if err != nil || got != want || !found {
+		t.Fatalf("%s: redis settle %v: %+v found %v %v, Settle %+v", what, actual, got, found, err, want)
+	}
+	if write && (pttl.Val() > ttl || pttl.Val() < ttl-time.Second) {
+		t.Fatalf("%s: PTTL %v, Settle's ttl %v", what, pttl.Val(), ttl)
+	}
+	// Settled once: the second finds nothing, and changes nothing.
+	again, err := ms.Settle(ctx, key, id, r, actual)
+	if !errors.Is(err, ratelimit.ErrNotReserved) {
+		t.Fatalf("%s: memstore's second settle %+v %v", what, again, err)
+	}
+	res2, err := client.EvalSha(ctx, script.SHA, []string{key, keyfmt.Record(key, id)}, diffEncoder.SettleArgs(r, actual)...).Result()
+	if _, found, err := script.ParseSettle(r, res2); err != nil || found {
+		t.Fatalf("%s: the script's second settle found %v, %v", what, found, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package tokenbucket
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/exactlimit/ratelimit"
 )
@@ -51,4 +52,38 @@ func ValidateAll(items []ratelimit.BatchItem) error {
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ratelimit.ErrInvalidArgument}, args...)...)
+}
+
+// ValidateReserve reports whether a store can reserve r as reservation id
+// for ttl: r is valid and not a peek, id is not empty, and ttl is at least a
+// millisecond. The error wraps ratelimit.ErrInvalidArgument.
+func ValidateReserve(id string, r ratelimit.Request, ttl time.Duration) error {
+	switch {
+	case r.Peek:
+		return invalid("a reservation cannot be a peek")
+	case id == "":
+		return invalid("reservation id must not be empty")
+	case ttl < time.Millisecond:
+		return invalid("reservation lifetime must be at least 1ms (got %v)", ttl)
+	}
+	return r.Validate()
+}
+
+// ValidateSettle reports whether a store can settle reservation id on r's
+// limits with actual, the tokens used: r's limits and time are valid, id is
+// not empty, and actual has one count per limit, each between 0 and
+// MaxExact. The error wraps ratelimit.ErrInvalidArgument.
+func ValidateSettle(id string, r ratelimit.Request, actual []int64) error {
+	if id == "" {
+		return invalid("reservation id must not be empty")
+	}
+	if len(actual) != len(r.Limits) {
+		return invalid("settle must give the tokens used of each limit (got %d for %d limits)", len(actual), len(r.Limits))
+	}
+	for i, a := range actual {
+		if a < 0 || a > MaxExact {
+			return invalid("tokens used of limit %d must be between 0 and 2^53 (got %d)", i, a)
+		}
+	}
+	return ratelimit.Request{Limits: r.Limits, Peek: true, Now: r.Now}.Validate()
 }

@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Prefix returns the part of every key of namespace ns before the subject.
@@ -127,3 +128,37 @@ func crc16(s string) uint16 {
 	}
 	return crc
 }
+
+// Record returns the key of reservation id of the bucket at key: the bucket
+// key and the id, behind a hash tag of key's own slot, so that the record
+// and its bucket are one script call's keys on Redis Cluster, whatever
+// braces key holds.
+func Record(key, id string) string {
+	return "{" + slotTags()[Slot(key)] + "}r:" + key + ":" + id
+}
+
+// slotTags holds, for each slot, a short string of letters and digits that
+// hashes to it: the first found, by length, then in order.
+var slotTags = sync.OnceValue(func() *[NumSlots]string {
+	const alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	var tags [NumSlots]string
+	left := NumSlots
+	var walk func(prefix []byte, n int)
+	walk = func(prefix []byte, n int) {
+		for i := 0; i < len(alphabet) && left > 0; i++ {
+			s := append(prefix, alphabet[i])
+			if n > 1 {
+				walk(s, n-1)
+				continue
+			}
+			if slot := crc16(string(s)) % NumSlots; tags[slot] == "" {
+				tags[slot] = string(s)
+				left--
+			}
+		}
+	}
+	for n := 1; left > 0; n++ {
+		walk(make([]byte, 0, n), n)
+	}
+	return &tags
+})

@@ -61,3 +61,20 @@ func TestSlot(t *testing.T) {
 		}
 	}
 }
+
+func TestRecordSharesItsBucketsSlot(t *testing.T) {
+	for _, key := range []string{"", "7:default:user", "3:api:a{b}c", "3:api:a{}b", "3:api:a{b", "3:api:}{x}", "{", "}{"} {
+		rec := Record(key, "id1")
+		if Slot(rec) != Slot(key) {
+			t.Errorf("Record(%q) = %q in slot %d, its bucket in %d", key, rec, Slot(rec), Slot(key))
+		}
+		if !strings.Contains(rec, key) || Record(key, "id2") == rec {
+			t.Errorf("Record(%q) = %q does not name its bucket and id", key, rec)
+		}
+	}
+	for s, tag := range slotTags() {
+		if tag == "" || Slot(tag) != uint16(s) {
+			t.Fatalf("slot %d has tag %q", s, tag)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 func FuzzDecodeState(f *testing.F) {
 	f.Add(script.EncodeState(tokenbucket.State{Last: 1_700_000_000_000_000, Bands: []tokenbucket.Band{{Limit: tokenbucket.Lowest(ratelimit.PerSecond(10)), Level: 500_000}}}))
 	f.Add("")
+	f.Add(script.EncodeState(tokenbucket.State{Last: 1_700_000_000_000_000, Bands: []tokenbucket.Band{{Limit: tokenbucket.Lowest(ratelimit.PerSecond(10)), Level: -500_000}}}))
 	f.Fuzz(func(t *testing.T, raw string) {
 		st, err := script.DecodeState(raw)
 		if err != nil {
@@ -32,8 +33,9 @@ func FuzzDecodeState(f *testing.F) {
 			t.Fatalf("DecodeState(%q) = %+v, which encodes to %q", raw, st, got)
 		}
 		for _, b := range st.Bands {
-			if b.Level < 0 || b.Level > b.Limit.Capacity*b.Limit.RefillPeriod.Microseconds() {
-				t.Fatalf("DecodeState(%q): band %+v holds more than its capacity", raw, b)
+			c, p := b.Limit.Capacity, b.Limit.RefillPeriod.Microseconds()
+			if b.Level > c*p || b.Level < -min(c, (tokenbucket.MaxExact-c*p)/p)*p {
+				t.Fatalf("DecodeState(%q): band %+v holds more than its capacity, or owes more than its floor", raw, b)
 			}
 		}
 	})
@@ -52,9 +54,15 @@ func TestTheScriptAndDecodeStateRefuseTheSameValues(t *testing.T) {
 	ok := tokenbucket.Band{Limit: tokenbucket.Lowest(limit), Level: 300_000}
 	valid := script.EncodeState(tokenbucket.State{Last: now, Bands: []tokenbucket.Band{ok}})
 	other := script.EncodeState(tokenbucket.State{Last: now, Bands: []tokenbucket.Band{{Limit: tokenbucket.Lowest(ratelimit.PerMinute(7)), Level: 3}, ok}})
+	debt := script.EncodeState(tokenbucket.State{Last: now, Bands: []tokenbucket.Band{{Limit: ok.Limit, Level: -300_000}}})
+	floor := script.EncodeState(tokenbucket.State{Last: now, Bands: []tokenbucket.Band{{Limit: ok.Limit, Level: -1_000_000}}})
+	beyond := script.EncodeState(tokenbucket.State{Last: now, Bands: []tokenbucket.Band{{Limit: ok.Limit, Level: -1_000_001}}})
 	for _, raw := range []string{
+		debt, floor, beyond,
+		"\x01" + debt[1:],  // a debt in version 1
+		"\x02" + valid[1:], // version 2 without a debt
 		valid, other, "", "short", valid[:35], valid + "\x00", other[:len(other)-1],
-		"\x02" + valid[1:], // another version
+		"\x03" + valid[1:], // another version
 		"\x00" + valid[1:], // version 0
 		valid[:8] + "\x00\x00\x00\x00\x00\x00\x05" + "\x80\x80\x80\x80\x80\x80\x80" + valid[22:],
 		valid[:8] + "\x7f\xff\xff\xff\xff\xff\xff" + valid[15:],

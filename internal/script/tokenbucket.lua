@@ -298,9 +298,12 @@ local function step(key, limits, cost, costs, now, take, held)
       local l = limits[i]
       value = value .. struct.pack('>i7I7I7I7', levels[i], l.c, l.r, l.p)
     end
-    -- The key lives until the bucket is full: (reset + back) / 1 ms, rounded up once.
-    local rr, rb = reset % 1000, back % 1000
-    local ms = (reset - rr) / 1000 + (back - rb) / 1000
+    -- The key lives until the bucket is full: (reset + back) / 1 ms, rounded up once; a bucket
+    -- full already (a settle's refund) for the 1 ms minimum.
+    local wait = back
+    if reset == 0 then wait = 0 end
+    local rr, rb = reset % 1000, wait % 1000
+    local ms = (reset - rr) / 1000 + (wait - rb) / 1000
     if rr + rb > 1000 then
       ms = ms + 2
     elseif rr + rb > 0 then

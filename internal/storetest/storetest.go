@@ -45,6 +45,24 @@ var Start = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 // Run runs the behaviour suite against store. Each subtest uses its own
 // namespace, so the store may be shared with other tests.
 func Run(t *testing.T, store ratelimit.Store) {
+	runCases(t, store, cases)
+	if _, ok := store.(reserver); ok {
+		runCases(t, store, reserveCases)
+	}
+	bs, ok := store.(ratelimit.BatchStore)
+	if !ok {
+		return
+	}
+	for _, tc := range batchCases {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := fmt.Sprintf("suite-%s-%d", t.Name(), time.Now().UnixNano())
+			tc.run(t, &batchEnv{ctx: context.Background(), store: bs, now: Start, ns: ns})
+		})
+	}
+}
+
+// runCases runs each case with a clock and a namespace of its own.
+func runCases(t *testing.T, store ratelimit.Store, cases []envCase) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := NewClock(Start)
@@ -60,16 +78,12 @@ func Run(t *testing.T, store ratelimit.Store) {
 			tc.run(t, &env{ctx: context.Background(), clock: clock, newLimiter: newLimiter})
 		})
 	}
-	bs, ok := store.(ratelimit.BatchStore)
-	if !ok {
-		return
-	}
-	for _, tc := range batchCases {
-		t.Run(tc.name, func(t *testing.T) {
-			ns := fmt.Sprintf("suite-%s-%d", t.Name(), time.Now().UnixNano())
-			tc.run(t, &batchEnv{ctx: context.Background(), store: bs, now: Start, ns: ns})
-		})
-	}
+}
+
+// envCase is a case of the suite that works through Limiters.
+type envCase struct {
+	name string
+	run  func(t *testing.T, e *env)
 }
 
 type env struct {
@@ -90,10 +104,7 @@ func want(t *testing.T, what string, d ratelimit.Decision, err error, allowed bo
 	}
 }
 
-var cases = []struct {
-	name string
-	run  func(t *testing.T, e *env)
-}{
+var cases = []envCase{
 	{"a full bucket admits its capacity then denies with the wait", func(t *testing.T, e *env) {
 		l := e.newLimiter(ratelimit.PerMinute(4))
 		for i := range 4 {

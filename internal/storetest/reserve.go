@@ -1,0 +1,196 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+)
+
+// reserver is a store that holds reservations (see ratelimit.Limiter's
+// Reserve).
+type reserver interface {
+	Reserve(ctx context.Context, key, id string, r ratelimit.Request, ttl time.Duration) (ratelimit.Decision, error)
+	Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error)
+}
+
+// hold is the lifetime of the suite's reservations.
+const hold = time.Minute
+
+// reserve reserves costs for subject and fails the test unless allowed.
+func reserve(t *testing.T, e *env, l *ratelimit.Limiter[string], subject string, costs ...int64) *ratelimit.Reservation {
+	t.Helper()
+	rv, err := l.Reserve(e.ctx, subject, hold, costs...)
+	if err != nil || !rv.Decision.Allowed || rv.Token() == "" {
+		t.Fatalf("Reserve(%s, %v) = %+v, %v; want allowed", subject, costs, rv, err)
+	}
+	return rv
+}
+
+var reserveCases = []envCase{
+	{"a settle gives back what was reserved and not used, once", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerMinute(100))
+		rv := reserve(t, e, l, "s", 60)
+		want(t, "reserve 60", rv.Decision, nil, true, 40, 0, 36*time.Second)
+		d, err := rv.Settle(e.ctx, 20)
+		want(t, "settle 20", d, err, true, 80, 0, 12*time.Second)
+		d, err = rv.Settle(e.ctx, 0)
+		if !errors.Is(err, ratelimit.ErrNotReserved) {
+			t.Fatalf("second settle: %+v, %v; want ErrNotReserved", d, err)
+		}
+		if err := rv.Cancel(e.ctx); !errors.Is(err, ratelimit.ErrNotReserved) {
+			t.Fatalf("cancel after settle: %v; want ErrNotReserved", err)
+		}
+		d, err = l.Peek(e.ctx, "s")
+		want(t, "peek", d, err, true, 80, 0, 12*time.Second)
+	}},
+	{"a refund after a full refill never lifts the bucket past full", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerMinute(100))
+		rv := reserve(t, e, l, "s", 60)
+		e.clock.Add(40 * time.Second) // 66 tokens back: full again
+		if err := rv.Cancel(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		d, err := l.TryAcquireN(e.ctx, "s", 100)
+		want(t, "the whole capacity", d, err, true, 0, 0, time.Minute)
+		d, err = l.TryAcquire(e.ctx, "s")
+		want(t, "one more", d, err, false, 0, 600*time.Millisecond, time.Minute)
+	}},
+	{"an overrun is charged, into debt down to minus the capacity", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerMinute(60)) // a token a second
+		rv := reserve(t, e, l, "s", 10)
+		d, err := rv.Settle(e.ctx, 100) // 90 more than reserved, 50 left: 40 in debt
+		want(t, "settle 100", d, err, false, 0, 41*time.Second, 100*time.Second)
+		d, err = l.TryAcquire(e.ctx, "s")
+		want(t, "in debt", d, err, false, 0, 41*time.Second, 100*time.Second)
+		if rv, err := l.Reserve(e.ctx, "s", hold, 1); err != nil || rv.Decision.Allowed {
+			t.Fatalf("reserve in debt = %+v, %v; want denied", rv, err)
+		}
+		e.clock.Add(41 * time.Second)
+		rv = reserve(t, e, l, "s", 1)
+		d, err = rv.Settle(e.ctx, 1_000_000) // the floor: 60 in debt
+		want(t, "settle far beyond", d, err, false, 0, 61*time.Second, 120*time.Second)
+	}},
+	{"requests and tokens are one decision, each limit its own cost", func(t *testing.T, e *env) {
+		rpm, tpm := ratelimit.PerMinute(3), ratelimit.PerMinute(1000)
+		l := e.newLimiter(rpm, tpm)
+		first := reserve(t, e, l, "s", 1, 600)
+		rv, err := l.Reserve(e.ctx, "s", hold, 1, 600)
+		if err != nil || rv.Decision.Allowed || rv.Decision.Limit != tpm || rv.Token() != "" {
+			t.Fatalf("second reserve = %+v, %v; want denied by the tokens limit", rv, err)
+		}
+		if _, err := rv.Settle(e.ctx, 1, 0); !errors.Is(err, ratelimit.ErrNotReserved) {
+			t.Fatalf("settle of a denied reserve: %v; want ErrNotReserved", err)
+		}
+		if _, err := first.Settle(e.ctx, 1, 200); err != nil {
+			t.Fatal(err)
+		}
+		rv = reserve(t, e, l, "s", 1, 600)
+		if got := rv.Decision.Remaining; got != 1 {
+			t.Fatalf("after two reserves, remaining %d; want 1 (requests)", got)
+		}
+		d, err := l.TryAcquire(e.ctx, "s") // 1 request and 1 token: the third request
+		want(t, "third request", d, err, true, 0, 0, time.Minute)
+	}},
+	{"a token settles from another limiter sharing the store, once", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerMinute(100))
+		other := e.newLimiter(ratelimit.PerMinute(100))
+		rv := reserve(t, e, l, "s", 50)
+		d, err := other.Settle(e.ctx, rv.Token(), 10)
+		want(t, "settle elsewhere", d, err, true, 90, 0, 6*time.Second)
+		if _, err := rv.Settle(e.ctx, 10); !errors.Is(err, ratelimit.ErrNotReserved) {
+			t.Fatalf("settle here after: %v; want ErrNotReserved", err)
+		}
+	}},
+	{"concurrent settles of one reservation refund once", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerMinute(100))
+		rv := reserve(t, e, l, "s", 100)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		settled := 0
+		for range 8 {
+			wg.Go(func() {
+				_, err := l.Settle(e.ctx, rv.Token(), 0)
+				switch {
+				case err == nil:
+					mu.Lock()
+					settled++
+					mu.Unlock()
+				case !errors.Is(err, ratelimit.ErrNotReserved):
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if settled != 1 {
+			t.Fatalf("%d settles refunded; want 1", settled)
+		}
+		d, err := l.Peek(e.ctx, "s")
+		want(t, "peek", d, err, true, 100, 0, 0)
+	}},
+	{"a reservation of another subject or namespace is not found", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerMinute(100))
+		rv := reserve(t, e, l, "s", 50)
+		id, _, _ := cut(rv.Token())
+		forged := id + ".dA" // subject "t"
+		if _, err := l.Settle(e.ctx, forged, 0); !errors.Is(err, ratelimit.ErrNotReserved) {
+			t.Fatalf("the id on another subject: %v; want ErrNotReserved", err)
+		}
+		elsewhere, err := ratelimit.New[string](l.Store(), ratelimit.PerMinute(100), ratelimit.WithNamespace(l.Namespace()+"-other"), ratelimit.WithClock(e.clock.Now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := elsewhere.Settle(e.ctx, rv.Token(), 0); !errors.Is(err, ratelimit.ErrNotReserved) {
+			t.Fatalf("another namespace: %v; want ErrNotReserved", err)
+		}
+		d, err := rv.Settle(e.ctx, 50)
+		want(t, "its own settle", d, err, true, 50, 0, 30*time.Second)
+	}},
+	{"invalid reserves and settles are refused before the store", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerMinute(3), ratelimit.PerMinute(1000))
+		for _, costs := range [][]int64{{4}, {0}, {1, 1001}, {1, 0}, {1, 2, 3}, {}} {
+			if _, err := l.Reserve(e.ctx, "s", hold, costs...); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+				t.Errorf("Reserve(%v): %v; want ErrInvalidArgument", costs, err)
+			}
+		}
+		if _, err := l.Reserve(e.ctx, "s", time.Microsecond, 1); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+			t.Errorf("Reserve for 1µs: %v; want ErrInvalidArgument", err)
+		}
+		rv := reserve(t, e, l, "s", 1, 10)
+		for _, actual := range [][]int64{{-1}, {1, 2, 3}, {}, {1, -5}, {1 << 54}} {
+			if _, err := rv.Settle(e.ctx, actual...); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+				t.Errorf("Settle(%v): %v; want ErrInvalidArgument", actual, err)
+			}
+		}
+		for _, token := range []string{"", "x", "x.y", rv.Token()[:21] + "." + "cw", rv.Token() + "!"} {
+			if _, err := l.Settle(e.ctx, token, 0); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+				t.Errorf("Settle(%q): %v; want ErrInvalidArgument", token, err)
+			}
+		}
+		if _, err := rv.Settle(e.ctx, 1, 10); err != nil {
+			t.Fatalf("the valid settle after them: %v", err)
+		}
+		store := l.Store().(reserver)
+		key := l.Key("s")
+		r := ratelimit.Request{Limits: l.Limits(), Cost: 1, Now: e.clock.Now()}
+		if _, err := store.Reserve(e.ctx, key, "", r, hold); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+			t.Errorf("store Reserve without an id: %v", err)
+		}
+		if _, err := store.Settle(e.ctx, key, "id", r, []int64{1}); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+			t.Errorf("store Settle with one count for two limits: %v", err)
+		}
+	}},
+}
+
+// cut splits a token at its first dot.
+func cut(token string) (string, string, bool) {
+	for i := range len(token) {
+		if token[i] == '.' {
+			return token[:i], token[i+1:], true
+		}
+	}
+	return token, "", false
+}

@@ -1,0 +1,105 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/tokenbucket"
+)
+
+// reservations holds the records of a Store's reservations that are not
+// settled yet, by bucket key and id, each until it expires on the store's
+// clock.
+type reservations struct {
+	mu      sync.Mutex
+	m       map[reservationKey]reservation
+	sweepAt int // the size at which to drop the expired records next
+}
+
+type reservationKey struct{ key, id string }
+
+type reservation struct {
+	holds   []tokenbucket.Hold
+	expires int64 // µs on the store's clock
+}
+
+// Reserve decides r against the bucket at key as Apply does and, when it is
+// allowed, records what each limit took as reservation id, kept for ttl on
+// the store's clock. Limiter.Reserve calls it; see ratelimit.Reservation.
+func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request, ttl time.Duration) (ratelimit.Decision, error) {
+	if err := tokenbucket.ValidateReserve(id, r, ttl); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	d, err := s.Apply(ctx, key, r)
+	if err != nil || !d.Allowed {
+		return d, err
+	}
+	// No one can settle the reservation before it is recorded: no one
+	// knows its id.
+	rs := &s.reserved
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	clock := s.now()
+	if rs.m == nil {
+		rs.m = make(map[reservationKey]reservation)
+	}
+	if len(rs.m) >= rs.sweepAt {
+		for k, v := range rs.m {
+			if v.expires <= clock {
+				delete(rs.m, k)
+			}
+		}
+		rs.sweepAt = max(64, 2*len(rs.m))
+	}
+	rs.m[reservationKey{key, id}] = reservation{holds: tokenbucket.Held(r), expires: clock + ttl.Microseconds()}
+	return d, nil
+}
+
+// Settle settles reservation id on the bucket at key with actual, the tokens
+// each of r's limits really used, as tokenbucket's Settle does. The record is
+// taken out first, so of two settles of one reservation one finds it; without
+// a record (settled already, or expired) nothing changes, and the error wraps
+// ratelimit.ErrNotReserved beside the bucket's standing.
+func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error) {
+	if err := tokenbucket.ValidateSettle(id, r, actual); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	rs := &s.reserved
+	rs.mu.Lock()
+	k := reservationKey{key, id}
+	rec, found := rs.m[k]
+	delete(rs.m, k)
+	rs.mu.Unlock()
+	clock := s.now()
+	if !found || rec.expires <= clock {
+		d, err := s.Apply(ctx, key, ratelimit.Request{Limits: r.Limits, Peek: true, Now: r.Now})
+		if err != nil {
+			return d, err
+		}
+		return d, fmt.Errorf("%w: memstore settle of %s", ratelimit.ErrNotReserved, keyfmt.Label(key))
+	}
+	us := clock
+	if !r.Now.IsZero() {
+		us = r.Now.UnixMicro()
+	}
+	prefix, subject := keyfmt.Split(key)
+	sh := s.shardOf(prefix, subject)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	p := s.policyIn(sh, r.Limits)
+	sp := sh.spaces[prefix]
+	var bands [tokenbucket.MaxLimits]tokenbucket.Band
+	st, e := sh.load(sp, subject, &bands)
+	d, ttl, write := st.Settle(r, rec.holds, actual, us)
+	if write {
+		s.store(sh, sp, prefix, subject, st, p, e, s.expiry(clock, ttl))
+	}
+	return d, nil
+}

@@ -1,0 +1,56 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/internal/script"
+	"github.com/exactlimit/ratelimit/tokenbucket"
+)
+
+// Reserve decides r against the bucket at key as Apply does and, when it is
+// allowed, records what each limit took as reservation id, kept for ttl: one
+// script call, on the server's clock unless r.Now is set. The record is a key
+// of its own in the bucket's slot, so the two are one call on Redis Cluster
+// too. Limiter.Reserve calls it; see ratelimit.Reservation.
+func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request, ttl time.Duration) (ratelimit.Decision, error) {
+	if err := tokenbucket.ValidateReserve(id, r, ttl); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	res, err := s.eval(ctx, []string{key, keyfmt.Record(key, id)}, s.enc.ReserveArgs(r, ttl))
+	if err != nil {
+		return ratelimit.Decision{}, wrapErr("reserve", key, err)
+	}
+	d, err := script.ParseReply(r, res)
+	if err != nil {
+		return ratelimit.Decision{}, wrapErr("reserve", key, err)
+	}
+	return d, nil
+}
+
+// Settle settles reservation id on the bucket at key with actual, the tokens
+// each of r's limits really used, as tokenbucket's Settle does, in one script
+// call that reads and deletes the record: of two settles of one
+// reservation, from any processes, one finds it. Without a record (settled
+// already, or expired) nothing changes, and the error wraps
+// ratelimit.ErrNotReserved beside the bucket's standing.
+func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error) {
+	if err := tokenbucket.ValidateSettle(id, r, actual); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	res, err := s.eval(ctx, []string{key, keyfmt.Record(key, id)}, s.enc.SettleArgs(r, actual))
+	if err != nil {
+		return ratelimit.Decision{}, wrapErr("settle", key, err)
+	}
+	d, found, err := script.ParseSettle(r, res)
+	if err != nil {
+		return ratelimit.Decision{}, wrapErr("settle", key, err)
+	}
+	if !found {
+		return d, fmt.Errorf("%w: redis settle of %s", ratelimit.ErrNotReserved, keyfmt.Label(key))
+	}
+	return d, nil
+}

@@ -1,0 +1,235 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/exactlimit/ratelimit/internal/arith"
+)
+
+// reserver is a Store that holds reservations: memstore, redisstore, and
+// fallback over either, have these methods. Reserve decides r as Apply does
+// and, when it is allowed, records what each limit took as reservation id for
+// ttl. Settle settles reservation id with actual, the tokens each of r's
+// limits used (see tokenbucket's State.Settle), reading and deleting its
+// record in the same atomic step, so that it is settled once; without a
+// record it changes nothing and its error wraps ErrNotReserved.
+type reserver interface {
+	Reserve(ctx context.Context, key, id string, r Request, ttl time.Duration) (Decision, error)
+	Settle(ctx context.Context, key, id string, r Request, actual []int64) (Decision, error)
+}
+
+// Reservation is tokens taken before the work whose cost they estimate, to be
+// settled once the cost is known: see Limiter.Reserve.
+type Reservation struct {
+	// Decision is the reserve's decision. When it is not Allowed nothing
+	// was taken: there is nothing to settle, and RetryAfter says when the
+	// estimate would fit.
+	Decision Decision
+	token    string
+	settle   func(ctx context.Context, token string, actual []int64) (Decision, error)
+}
+
+// Token returns the reservation as an opaque string ("" when the reserve was
+// denied), for a process that settles it elsewhere with Limiter.Settle: the
+// service's settle endpoint takes it. It names the subject (as the limiter
+// encodes it) and a random 128-bit id; settling needs the record the store
+// keeps, so a token cannot be forged or settled twice.
+func (r *Reservation) Token() string { return r.token }
+
+// Settle settles the reservation with the tokens the work really used: one
+// count for every limit, or one per limit in the order of the limiter's
+// Limits (1 and the tokens used, for a requests and a tokens limit). What was
+// reserved and not used goes back, capped at capacity; an overrun is charged,
+// into debt when the bucket holds too little (see Limiter.Reserve). The
+// Decision is the subject's standing afterwards, as Peek reports it. A
+// reservation is settled once: a second Settle or Cancel, here or in another
+// process, or one after the reservation expired, changes nothing and returns
+// an error wrapping ErrNotReserved.
+func (r *Reservation) Settle(ctx context.Context, actual ...int64) (Decision, error) {
+	if r.token == "" {
+		return r.Decision, fmt.Errorf("%w: the reserve was denied", ErrNotReserved)
+	}
+	return r.settle(ctx, r.token, actual)
+}
+
+// Cancel gives the whole reservation back: Settle with nothing used.
+func (r *Reservation) Cancel(ctx context.Context) error {
+	_, err := r.Settle(ctx, 0)
+	return err
+}
+
+// Reserve takes costs from subject's bucket now, for work whose real cost is
+// known only after it (a language model's tokens, an upload's bytes), and
+// returns a reservation to settle when it is: costs is one cost for every
+// limit, or one per limit in the order of Limits, each between 1 and its
+// limit's capacity, decided all or nothing as TryAcquireN decides. A limiter
+// of PerMinute(60) requests and PerMinute(90_000) tokens reserves 1 and the
+// estimate as one decision.
+//
+// The rules of a settle: tokens reserved and not used go back, never lifting
+// a limit past its capacity and never more than was taken; an overrun takes
+// what the bucket holds and the rest as debt, down to minus the limit's
+// capacity at most, and while in debt every check of the subject is denied,
+// its RetryAfter counting the debt. A reservation not settled within ttl
+// (at least a millisecond) is kept as taken.
+//
+// The store keeps a record of each reservation until it is settled or its
+// ttl ends; the store must hold reservations (memstore, redisstore, and
+// fallback over either do), or Reserve returns an error wrapping
+// errors.ErrUnsupported. Reserve does not consult the denial cache.
+func (l *Limiter[K]) Reserve(ctx context.Context, subject K, ttl time.Duration, costs ...int64) (*Reservation, error) {
+	res, ok := l.store.(reserver)
+	if !ok {
+		return nil, fmt.Errorf("ratelimit: the store cannot hold reservations: %w", errors.ErrUnsupported)
+	}
+	enc := l.encode(subject)
+	r, err := l.reserveRequest(enc, ttl, costs)
+	if err != nil {
+		l.failed(ctx, l.errKey(subject), opReserve, largest(costs), err, time.Time{})
+		return nil, err
+	}
+	key := l.prefix + enc
+	id := newReservationID()
+	start := time.Now()
+	d, err := res.Reserve(ctx, key, id, r, ttl)
+	if err != nil {
+		l.failed(ctx, key, opReserve, largest(costs), err, start)
+		return nil, err
+	}
+	l.decided(ctx, key, largest(costs), false, d, start)
+	rv := &Reservation{Decision: d, settle: l.settleToken}
+	if d.Allowed {
+		rv.token = id + "." + base64.RawURLEncoding.EncodeToString([]byte(enc))
+	}
+	return rv, nil
+}
+
+// reserveRequest validates a reserve of costs for the encoded subject enc.
+func (l *Limiter[K]) reserveRequest(enc string, ttl time.Duration, costs []int64) (Request, error) {
+	r := Request{Limits: l.limits}
+	switch {
+	case enc == "":
+		return r, invalid("subject must not be empty")
+	case ttl < time.Millisecond:
+		return r, invalid("reservation lifetime must be at least 1ms (got %v)", ttl)
+	case len(costs) == 1:
+		r.Cost = costs[0]
+		if err := validateCost(l.limits, r.Cost); err != nil {
+			return r, err
+		}
+	default:
+		r.Costs = costs
+		if err := validateCosts(l.limits, costs); err != nil {
+			return r, err
+		}
+	}
+	return l.timed(r)
+}
+
+// timed sets r's time from the limiter's clock, when it has one.
+func (l *Limiter[K]) timed(r Request) (Request, error) {
+	if l.clock != nil {
+		r.Now = l.clock()
+		if _, rule := arith.Micros(r.Now); rule != "" {
+			return r, invalid("%s", rule)
+		}
+	}
+	return r, nil
+}
+
+// Settle settles the reservation whose Token is token, from this process or
+// any other sharing the store, as Reservation.Settle does. A token that is
+// not a reservation's is an error wrapping ErrInvalidArgument, and one of
+// another limiter's (another namespace) finds no reservation.
+func (l *Limiter[K]) Settle(ctx context.Context, token string, actual ...int64) (Decision, error) {
+	return l.settleToken(ctx, token, actual)
+}
+
+func (l *Limiter[K]) settleToken(ctx context.Context, token string, actual []int64) (Decision, error) {
+	res, ok := l.store.(reserver)
+	if !ok {
+		return Decision{}, fmt.Errorf("ratelimit: the store cannot hold reservations: %w", errors.ErrUnsupported)
+	}
+	id, enc, err := parseToken(token)
+	if err != nil {
+		l.failed(ctx, "", opSettle, largest(actual), err, time.Time{})
+		return Decision{}, err
+	}
+	key := l.prefix + enc
+	used, err := l.used(actual)
+	if err == nil {
+		var r Request
+		if r, err = l.timed(Request{Limits: l.limits}); err == nil {
+			start := time.Now()
+			var d Decision
+			d, err = res.Settle(ctx, key, id, r, used)
+			if l.cache != nil {
+				// A refund can admit what the cache would deny.
+				l.cache.forget(key)
+			}
+			if err == nil {
+				return d, nil
+			}
+			l.failed(ctx, key, opSettle, largest(actual), err, start)
+			return d, err
+		}
+	}
+	l.failed(ctx, key, opSettle, largest(actual), err, time.Time{})
+	return Decision{}, err
+}
+
+// used expands a settle's counts to one per limit.
+func (l *Limiter[K]) used(actual []int64) ([]int64, error) {
+	switch {
+	case len(actual) == len(l.limits):
+	case len(actual) == 1:
+		one := actual[0]
+		actual = make([]int64, len(l.limits))
+		for i := range actual {
+			actual[i] = one
+		}
+	default:
+		return nil, invalid("settle takes one count, or one per limit (got %d for %d limits)", len(actual), len(l.limits))
+	}
+	for i, a := range actual {
+		if a < 0 || a > arith.MaxExact {
+			return nil, invalid("tokens used of limit %d must be between 0 and 2^53 (got %d)", i, a)
+		}
+	}
+	return actual, nil
+}
+
+// newReservationID returns 128 random bits, base64url: 22 bytes.
+func newReservationID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// parseToken takes a reservation token apart: its id and encoded subject.
+func parseToken(token string) (id, enc string, err error) {
+	id, rest, ok := strings.Cut(token, ".")
+	if ok && len(id) == 22 {
+		if _, e := base64.RawURLEncoding.DecodeString(id); e == nil {
+			if b, e := base64.RawURLEncoding.DecodeString(rest); e == nil && len(b) > 0 {
+				return id, string(b), nil
+			}
+		}
+	}
+	return "", "", invalid("not a reservation token")
+}
+
+// largest is the cost an event reports of several: the largest.
+func largest(costs []int64) int64 {
+	var n int64
+	for _, c := range costs {
+		n = max(n, c)
+	}
+	return n
+}
