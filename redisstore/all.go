@@ -6,7 +6,6 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
-	"github.com/exactlimit/ratelimit/internal/script"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
@@ -18,15 +17,21 @@ var _ ratelimit.BatchStore = (*Store)(nil)
 // zero Time: the server's TIME).
 //
 // On a single server (and on Cluster when every key hashes to one slot) that
-// is one script call on all the keys, atomic. On Cluster, keys of several
-// slots cannot meet in one script: ApplyAll first asks each slot's keys, in
-// one script call per slot, whether they hold their costs without taking
-// anything, and only when all do takes them, in one atomic call per slot.
-// Nothing is taken for a request that some bucket denies, unless another
-// check takes from one of its buckets between the two steps: then the slots
-// that had taken keep the charge while another denies, a charge without an
-// admission (never an admission beyond the policy), and ApplyAll reports
-// each item's own decision with the error nil.
+// is one script call on all the keys, atomic. It goes through the master's
+// lanes as a check does (see "Coalescing" in the package documentation):
+// when every lane is busy it waits in the queue, and the keys of ApplyAll
+// calls queued together, with the checks, share script calls of up to 16
+// keys, each ApplyAll's keys decided all or nothing and independently of the
+// others, in order (one of more keys is a call of its own).
+//
+// On Cluster, keys of several slots cannot meet in one script: ApplyAll
+// first asks each slot's keys, in one script call per slot, whether they
+// hold their costs without taking anything, and only when all do takes them,
+// in one atomic call per slot. Nothing is taken for a request that some
+// bucket denies, unless another check takes from one of its buckets between
+// the two steps: then the slots that had taken keep the charge while another
+// denies, a charge without an admission (never an admission beyond the
+// policy), and ApplyAll reports each item's own decision with the error nil.
 func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error {
 	if err := tokenbucket.ValidateAll(items); err != nil {
 		return err
@@ -44,84 +49,76 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 		items[0].Decision = d
 		return nil
 	}
-	groups := [][]*ratelimit.BatchItem{nil}
 	if s.cluster == nil {
-		for i := range items {
-			groups[0] = append(groups[0], &items[i])
-		}
-	} else {
-		bySlot := map[uint16]int{}
-		groups = groups[:0]
-		for i := range items {
-			sl := keyfmt.Slot(items[i].Key)
-			g, ok := bySlot[sl]
-			if !ok {
-				g = len(groups)
-				bySlot[sl] = g
-				groups = append(groups, nil)
-			}
-			groups[g] = append(groups[g], &items[i])
-		}
+		return s.applyGroup(ctx, groupOf(items, nil))
 	}
-	if len(groups) == 1 {
-		return s.evalAll(ctx, groups[0], false)
+	bySlot := map[uint16]int{}
+	var slots [][]int // the items of each slot, by index
+	for i := range items {
+		sl := keyfmt.Slot(items[i].Key)
+		g, ok := bySlot[sl]
+		if !ok {
+			g = len(slots)
+			bySlot[sl] = g
+			slots = append(slots, nil)
+		}
+		slots[g] = append(slots[g], i)
+	}
+	if len(slots) == 1 {
+		return s.applyGroup(ctx, groupOf(items, nil))
 	}
 	// Several slots: ask first, then take.
-	if err := s.eachGroup(ctx, groups, true); err != nil {
-		return err
-	}
-	for i := range items {
-		if !items[i].Decision.Allowed {
-			return nil
+	asks := make([]ratelimit.BatchItem, len(items))
+	for i, it := range items {
+		asks[i] = it
+		if !it.Request.Peek {
+			asks[i].Request.Cost = -it.Request.Cost // ask for it, take nothing
 		}
 	}
-	return s.eachGroup(ctx, groups, false)
+	if err := s.eachGroup(ctx, asks, slots); err != nil {
+		return err
+	}
+	all := true
+	for i := range items {
+		items[i].Decision = asks[i].Decision
+		all = all && items[i].Decision.Allowed
+	}
+	if !all {
+		return nil
+	}
+	return s.eachGroup(ctx, items, slots)
 }
 
-// eachGroup runs evalAll on every group at once and returns the first error.
-func (s *Store) eachGroup(ctx context.Context, groups [][]*ratelimit.BatchItem, dry bool) error {
-	errs := make([]error, len(groups))
+// groupOf returns the group of items at the given indexes, or of every
+// item when idx is nil.
+func groupOf(items []ratelimit.BatchItem, idx []int) group {
+	if idx == nil {
+		g := make(group, len(items))
+		for i := range items {
+			g[i] = &items[i]
+		}
+		return g
+	}
+	g := make(group, len(idx))
+	for j, i := range idx {
+		g[j] = &items[i]
+	}
+	return g
+}
+
+// eachGroup runs applyGroup on the group of items of every slot at once
+// and returns the first error.
+func (s *Store) eachGroup(ctx context.Context, items []ratelimit.BatchItem, slots [][]int) error {
+	errs := make([]error, len(slots))
 	var wg sync.WaitGroup
-	for g := range groups {
-		wg.Go(func() { errs[g] = s.evalAll(ctx, groups[g], dry) })
+	for g, idx := range slots {
+		wg.Go(func() { errs[g] = s.applyGroup(ctx, groupOf(items, idx)) })
 	}
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// evalAll decides items in one script call on their keys, all or nothing;
-// dry asks for each cost without taking anything. A key's error is the
-// call's.
-func (s *Store) evalAll(ctx context.Context, items []*ratelimit.BatchItem, dry bool) error {
-	keys := make([]string, len(items))
-	args := script.CallArgs(items[0].Request, script.All, len(items))
-	for i, it := range items {
-		keys[i] = it.Key
-		r := it.Request
-		if dry && !r.Peek {
-			r.Cost = -r.Cost // ask for it, take nothing
-		}
-		args = s.enc.AppendRequest(args, r)
-	}
-	res, err := s.eval(ctx, keys, args)
-	if err != nil {
-		return wrapErr("check", keys[0], err)
-	}
-	entries, err := script.Entries(res, len(items))
-	if err != nil {
-		return wrapErr("check", keys[0], err)
-	}
-	for i, it := range items {
-		d, err := script.ParseAt(it.Request, entries[i], res)
-		if err != nil {
-			return wrapErr("check", it.Key, err)
-		}
-		it.Decision, it.Err = d, nil
 	}
 	return nil
 }

@@ -80,15 +80,22 @@ func TestApplyAll(t *testing.T) {
 
 // TestApplyAllUnderConcurrency: requests on two buckets at once, from many
 // goroutines, never admit more than the smaller bucket, and each admitted
-// request was charged by both.
+// request was charged by both: with the default lanes, and through one lane,
+// where most requests wait and share script calls.
 func TestApplyAllUnderConcurrency(t *testing.T) {
+	for name, opts := range map[string][]redisstore.Option{"default lanes": nil, "one lane": {redisstore.WithLanes(1)}} {
+		t.Run(name, func(t *testing.T) { testApplyAllUnderConcurrency(t, opts...) })
+	}
+}
+
+func testApplyAllUnderConcurrency(t *testing.T, opts ...redisstore.Option) {
 	_, client := standalone(t)
-	store := redisstore.New(client)
+	store := redisstore.New(client, opts...)
 	ctx := context.Background()
 	small, big := []ratelimit.Limit{ratelimit.PerMinute(50)}, []ratelimit.Limit{ratelimit.PerMinute(80)}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
-	for g := range 16 {
+	for g := range 32 {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), 1))
 			for range 20 {
@@ -111,7 +118,7 @@ func TestApplyAllUnderConcurrency(t *testing.T) {
 	}
 	wg.Wait()
 	if got := admitted.Load(); got != 50 {
-		t.Fatalf("admitted %d of 320 requests, want exactly the smaller bucket's 50", got)
+		t.Fatalf("admitted %d of 640 requests, want exactly the smaller bucket's 50", got)
 	}
 	d, err := store.Apply(ctx, "conc:big", ratelimit.Request{Limits: big, Peek: true})
 	if err != nil || d.Remaining < 30 || d.Remaining > 31 {

@@ -9,14 +9,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// maxBatch is the most checks one pipeline carries.
+// maxBatch is the most checks one pipeline carries (a group of more goes
+// alone).
 const maxBatch = 256
 
-// maxKeys is the most checks one script call carries. A call holds Redis
-// for the whole of it, some 6 µs of its CPU per check: 16 keep a call near
-// 100 µs, and a call of more saves little (the per-call cost is already
-// spread over 16).
+// maxKeys is the most checks one script call carries (a group of more goes
+// alone). A call holds Redis for the whole of it, some 6 µs of its CPU per
+// check: 16 keep a call near 100 µs, and a call of more saves little (the
+// per-call cost is already spread over 16).
 const maxKeys = 16
+
+// A group is what a script call decides as one: a check of its own, or the
+// items of one ApplyAll on one slot, all or nothing. Its items share their
+// time (Request.Now) and, on Cluster, their slot; a call carries whole
+// groups, each decided independently of the others, in order. A group's
+// error is every one of its items' Err, with no Decision.
+type group []*ratelimit.BatchItem
 
 // ApplyBatch decides every item as Apply would, in pipelines of at most 256
 // checks: on a standalone server one pipeline after another, and on Cluster
@@ -37,61 +45,105 @@ func (s *Store) ApplyBatch(ctx context.Context, items []ratelimit.BatchItem) {
 			valid = append(valid, it)
 		}
 	}
-	s.pipeline(ctx, valid)
+	groups := make([]group, len(valid))
+	for i := range valid {
+		groups[i] = valid[i : i+1 : i+1]
+	}
+	s.pipeline(ctx, groups)
 }
 
-// pipeline runs valid items' scripts in pipelines of at most maxBatch.
-func (s *Store) pipeline(ctx context.Context, items []*ratelimit.BatchItem) {
-	for len(items) > 0 {
-		n := min(len(items), maxBatch)
-		s.pipelineOnce(ctx, s.calls(items[:n]))
-		items = items[n:]
+// pipeline runs the script calls of groups of valid items in pipelines of
+// at most maxBatch keys, one after the other.
+func (s *Store) pipeline(ctx context.Context, groups []group) {
+	for len(groups) > 0 {
+		n, keys := 0, 0
+		for n < len(groups) && (n == 0 || keys+len(groups[n]) <= maxBatch) {
+			keys += len(groups[n])
+			n++
+		}
+		s.pipelineOnce(ctx, s.calls(groups[:n]))
+		groups = groups[n:]
 	}
 }
 
-// calls groups items into script calls of at most maxKeys, in their order:
-// items of one call share their time (Request.Now) and, on Cluster, their
-// slot.
-func (s *Store) calls(items []*ratelimit.BatchItem) [][]*ratelimit.BatchItem {
-	type group struct {
+// calls packs groups into script calls of at most maxKeys keys, in their
+// order, never splitting a group (one of more keys is a call of its own):
+// the groups of one call share their time (Request.Now) and, on Cluster,
+// their slot.
+func (s *Store) calls(groups []group) [][]group {
+	type class struct {
 		now  int64
 		slot uint16
 	}
-	open := map[group]int{} // the call of each group still taking items
-	var calls [][]*ratelimit.BatchItem
-	for _, it := range items {
-		var g group
-		if !it.Request.Now.IsZero() {
-			g.now = it.Request.Now.UnixMicro() + 1 // 0 stands for the server's TIME
+	type open struct{ call, keys int }
+	opened := map[class]open{} // the call of each class still taking groups
+	var calls [][]group
+	for _, g := range groups {
+		var k class
+		if now := g[0].Request.Now; !now.IsZero() {
+			k.now = now.UnixMicro() + 1 // 0 stands for the server's TIME
 		}
 		if s.cluster != nil {
-			g.slot = keyfmt.Slot(it.Key)
+			k.slot = keyfmt.Slot(g[0].Key)
 		}
-		c, ok := open[g]
-		if !ok || len(calls[c]) == maxKeys {
-			c = len(calls)
-			open[g] = c
-			calls = append(calls, make([]*ratelimit.BatchItem, 0, min(maxKeys, len(items))))
+		o, ok := opened[k]
+		if !ok || o.keys+len(g) > maxKeys {
+			o = open{call: len(calls)}
+			calls = append(calls, make([]group, 0, min(maxKeys, len(groups))))
 		}
-		calls[c] = append(calls[c], it)
+		calls[o.call] = append(calls[o.call], g)
+		o.keys += len(g)
+		opened[k] = o
 	}
 	return calls
 }
 
-// pipelineOnce sends calls, each one script call on its items' keys, in one
-// pipeline, and gives each item its decision or its error.
-func (s *Store) pipelineOnce(ctx context.Context, calls [][]*ratelimit.BatchItem) {
+// callArgs returns the keys and ARGV of one script call of groups.
+func (s *Store) callArgs(call []group) (keys []string, args []any) {
+	n := 0
+	for _, g := range call {
+		n += len(g)
+	}
+	keys = make([]string, 0, n)
+	args = script.CallArgs(call[0][0].Request, mode(call), n)
+	for _, g := range call {
+		for _, it := range g {
+			keys = append(keys, it.Key)
+			args = s.enc.AppendRequest(args, it.Request)
+		}
+	}
+	return keys, args
+}
+
+// mode is the script's mode for a call of groups: "each" when every group
+// is one check, "all" for one group of several, else the groups' sizes.
+func mode(call []group) string {
+	single := true
+	for _, g := range call {
+		single = single && len(g) == 1
+	}
+	switch {
+	case single:
+		return script.Each
+	case len(call) == 1:
+		return script.All
+	}
+	sizes := make([]int, len(call))
+	for i, g := range call {
+		sizes[i] = len(g)
+	}
+	return script.Groups(sizes)
+}
+
+// pipelineOnce sends calls, each one script call on its groups' keys, in one
+// pipeline, and gives each group its decisions or its error.
+func (s *Store) pipelineOnce(ctx context.Context, calls [][]group) {
 	cmds := make([]*redis.Cmd, len(calls))
 	keys := make([][]string, len(calls))
 	args := make([][]any, len(calls))
 	pipe := s.client.Pipeline()
 	for i, call := range calls {
-		keys[i] = make([]string, len(call))
-		args[i] = script.CallArgs(call[0].Request, script.Each, len(call))
-		for j, it := range call {
-			keys[i][j] = it.Key
-			args[i] = s.enc.AppendRequest(args[i], it.Request)
-		}
+		keys[i], args[i] = s.callArgs(call)
 		cmds[i] = pipe.EvalSha(ctx, script.SHA, keys[i], args[i]...)
 	}
 	pipe.Exec(ctx) // each command carries its own error
@@ -110,20 +162,45 @@ func (s *Store) pipelineOnce(ctx context.Context, calls [][]*ratelimit.BatchItem
 	}
 	for i, call := range calls {
 		res, err := cmds[i].Result()
-		var entries []any
-		if err == nil {
-			entries, err = script.Entries(res, len(call))
+		decideCall(call, len(keys[i]), res, err)
+	}
+}
+
+// evalGroup decides g in one script call of its own (not a pipeline).
+func (s *Store) evalGroup(ctx context.Context, g group) {
+	call := []group{g}
+	keys, args := s.callArgs(call)
+	res, err := s.eval(ctx, keys, args)
+	decideCall(call, len(keys), res, err)
+}
+
+// decideCall gives each group of a script call of nkeys keys its result:
+// from the call's reply res, or the call's error err.
+func decideCall(call []group, nkeys int, res any, err error) {
+	var entries []any
+	if err == nil {
+		entries, err = script.Entries(res, nkeys)
+	}
+	for _, g := range call {
+		if err != nil {
+			fail(g, wrapErr("check", g[0].Key, err))
+			continue
 		}
-		for j, it := range call {
-			d, err := it.Decision, err
-			if err == nil {
-				d, err = script.ParseAt(it.Request, entries[j], res)
-			}
+		for j, it := range g {
+			d, err := script.ParseAt(it.Request, entries[j], res)
 			if err != nil {
-				it.Decision, it.Err = ratelimit.Decision{}, wrapErr("check", it.Key, err)
-			} else {
-				it.Decision, it.Err = d, nil
+				fail(g, wrapErr("check", it.Key, err))
+				break
 			}
+			it.Decision, it.Err = d, nil
 		}
+		entries = entries[len(g):]
+	}
+}
+
+// fail gives every item of g the error err and no decision.
+func fail(g group, err error) {
+	for _, it := range g {
+		it.Decision, it.Err = ratelimit.Decision{}, err
 	}
 }

@@ -10,19 +10,20 @@ import (
 )
 
 // coalescer is the queue of one master (of the server, without Cluster). It
-// keeps up to Store.lanes checks or pipelines of checks in flight, each on a
-// connection of its own. A check that finds a lane free is sent at once by
-// its own goroutine, so a lone caller pays nothing for coalescing. A check
+// keeps up to Store.lanes script calls or pipelines of them in flight, each
+// on a connection of its own. A call that finds a lane free is sent at once
+// by its own goroutine, so a lone caller pays nothing for coalescing. A call
 // that finds every lane busy waits in the queue, and when a lane comes free
-// the whole queue (up to maxBatch) goes out in one pipeline, sent by a
-// goroutine that lives while the queue has work; in it, checks of one time
-// (and on Cluster of one slot) share script calls of up to maxKeys keys, each
-// key decided on its own (see Store.calls).
+// the whole queue (up to maxBatch keys) goes out in one pipeline, sent by a
+// goroutine that lives while the queue has work; in it, the queued checks
+// and all-or-nothing groups (see group) of one time, and on Cluster of one
+// slot, share script calls of up to maxKeys keys, each decided on its own
+// (see Store.calls).
 //
 // Isolation: each master has its own queue, so a master that hangs holds
 // back only its own subjects. A caller waits on its own context: one that
-// gives up before its check is sent leaves the queue and consumes nothing,
-// and a slow reply holds back only the lane it came on. A panic in a check
+// gives up before its call is sent leaves the queue and consumes nothing,
+// and a slow reply holds back only the lane it came on. A panic in a call
 // releases its lane; a panic in a batch becomes an error for that batch's
 // callers.
 type coalescer struct {
@@ -31,10 +32,12 @@ type coalescer struct {
 	queue    []*call
 }
 
-// call is a check waiting in a queue.
+// call is a check, or a group of an ApplyAll, waiting in a queue. It owns
+// its items: a caller that stops waiting leaves them to the batch.
 type call struct {
 	ctx      context.Context
-	item     ratelimit.BatchItem
+	items    []ratelimit.BatchItem // a check (one's own) or a group
+	one      [1]ratelimit.BatchItem
 	deadline time.Time // zero: none
 	done     chan struct{}
 	sent     bool // under coalescer.mu: taken into a batch
@@ -55,21 +58,76 @@ func (s *Store) coalescerFor(ctx context.Context, key string) *coalescer {
 
 func (s *Store) applyCoalesced(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
 	c := s.coalescerFor(ctx, key)
-	c.mu.Lock()
-	if c.inflight < s.lanes {
-		c.inflight++
-		c.mu.Unlock()
+	if c.lane(s.lanes) {
 		defer s.release(c)
 		return s.apply(ctx, key, r)
 	}
-	cl := &call{ctx: ctx, item: ratelimit.BatchItem{Key: key, Request: r}, done: make(chan struct{})}
+	cl := &call{}
+	cl.one[0] = ratelimit.BatchItem{Key: key, Request: r}
+	cl.items = cl.one[:]
+	if err := c.wait(ctx, cl); err != nil {
+		return ratelimit.Decision{}, wrapErr("check", key, err)
+	}
+	return cl.items[0].Decision, cl.items[0].Err
+}
+
+// applyGroup decides g, valid items of one slot, all or nothing in one
+// script call: through its master's lanes as a check goes, or on its own
+// without coalescing. It returns the group's error, leaving every item's
+// Err nil.
+func (s *Store) applyGroup(ctx context.Context, g group) error {
+	if !s.coalesce {
+		s.evalGroup(ctx, g)
+	} else if c := s.coalescerFor(ctx, g[0].Key); c.lane(s.lanes) {
+		func() {
+			defer s.release(c) // a panic too releases the lane
+			s.evalGroup(ctx, g)
+		}()
+	} else {
+		cl := &call{items: make([]ratelimit.BatchItem, len(g))}
+		for i, it := range g {
+			cl.items[i] = *it
+		}
+		if err := c.wait(ctx, cl); err != nil {
+			return wrapErr("check", g[0].Key, err)
+		}
+		for i, it := range g {
+			it.Decision, it.Err = cl.items[i].Decision, cl.items[i].Err
+		}
+	}
+	err := g[0].Err
+	for _, it := range g {
+		it.Err = nil
+	}
+	return err
+}
+
+// lane takes a free lane of c for the caller, who releases it, and reports
+// true; or, when every lane is busy, reports false with c.mu held, for the
+// caller to wait in the queue.
+func (c *coalescer) lane(lanes int) bool {
+	c.mu.Lock()
+	if c.inflight < lanes {
+		c.inflight++
+		c.mu.Unlock()
+		return true
+	}
+	return false
+}
+
+// wait queues cl on c, whose mu the caller holds (see lane), and returns
+// when cl is decided, or with ctx's error when ctx ends first: then a call
+// still in the queue leaves it and takes nothing, and one already sent may
+// be decided, with no one to hear it.
+func (c *coalescer) wait(ctx context.Context, cl *call) error {
+	cl.ctx, cl.done = ctx, make(chan struct{})
 	cl.deadline, _ = ctx.Deadline()
 	c.queue = append(c.queue, cl)
 	c.mu.Unlock()
 
 	select {
 	case <-cl.done:
-		return cl.item.Decision, cl.item.Err
+		return nil
 	case <-ctx.Done():
 		c.mu.Lock()
 		if !cl.sent {
@@ -80,14 +138,12 @@ func (s *Store) applyCoalesced(ctx context.Context, key string, r ratelimit.Requ
 				}
 			}
 		}
-		// Either it never left, or it is on the wire and may be decided;
-		// the caller has stopped waiting for the answer.
 		c.mu.Unlock()
-		return ratelimit.Decision{}, wrapErr("check", key, ctx.Err())
+		return ctx.Err()
 	}
 }
 
-// release ends a lane's turn: with checks queued the lane carries them on,
+// release ends a lane's turn: with calls queued the lane carries them on,
 // in a goroutine of its own; else it comes free.
 func (s *Store) release(c *coalescer) {
 	c.mu.Lock()
@@ -101,13 +157,17 @@ func (s *Store) release(c *coalescer) {
 	go s.flush(c, batch)
 }
 
-// take removes up to maxBatch queued checks and marks them sent; nil when
-// the queue is empty. c.mu must be held.
+// take removes queued calls of up to maxBatch keys in all (at least one
+// call) and marks them sent; nil when the queue is empty. c.mu must be held.
 func (c *coalescer) take() []*call {
-	if len(c.queue) == 0 {
+	n, keys := 0, 0
+	for n < len(c.queue) && (n == 0 || keys+len(c.queue[n].items) <= maxBatch) {
+		keys += len(c.queue[n].items)
+		n++
+	}
+	if n == 0 {
 		return nil
 	}
-	n := min(len(c.queue), maxBatch)
 	batch := make([]*call, n)
 	copy(batch, c.queue)
 	rest := copy(c.queue, c.queue[n:])
@@ -143,8 +203,14 @@ func (s *Store) send(batch []*call) {
 		if v := recover(); v != nil {
 			err := fmt.Errorf("ratelimit: redis check: panic in a pipeline: %v", v)
 			for _, cl := range batch {
-				if cl.item.Err == nil && cl.item.Decision == (ratelimit.Decision{}) {
-					cl.item.Err = err
+				for _, it := range cl.items {
+					if it.Err == nil && it.Decision == (ratelimit.Decision{}) {
+						// Not decided whole: the call fails.
+						for i := range cl.items {
+							cl.items[i].Decision, cl.items[i].Err = ratelimit.Decision{}, err
+						}
+						break
+					}
 				}
 			}
 		}
@@ -154,7 +220,9 @@ func (s *Store) send(batch []*call) {
 	}()
 	var latest time.Time
 	unbounded := false
+	keys := 0
 	for _, cl := range batch {
+		keys += len(cl.items)
 		if cl.deadline.IsZero() {
 			unbounded = true
 		} else if cl.deadline.After(latest) {
@@ -167,9 +235,13 @@ func (s *Store) send(batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, latest)
 		defer cancel()
 	}
-	items := make([]*ratelimit.BatchItem, len(batch))
+	items := make([]*ratelimit.BatchItem, 0, keys)
+	groups := make([]group, len(batch))
 	for i, cl := range batch {
-		items[i] = &cl.item
+		for j := range cl.items {
+			items = append(items, &cl.items[j])
+		}
+		groups[i] = items[len(items)-len(cl.items) : len(items) : len(items)]
 	}
-	s.pipeline(ctx, items)
+	s.pipeline(ctx, groups)
 }

@@ -25,22 +25,25 @@
 //
 // A Store keeps a queue per master (per server without Cluster), routed by
 // the master that owns the key's slot in go-redis's cached layout, with no
-// I/O. Each queue keeps up to DefaultLanes (4; WithLanes) checks or
-// pipelines in flight, each on its own connection. A check that finds a lane
-// free goes out at once, on its own goroutine, as one EVALSHA of one key.
-// Checks that find every lane busy wait and go out together when a lane
-// frees, as one pipeline of up to 256 checks; the goroutine that sends them
-// lives only while the queue has work. Within the pipeline, checks decided at
-// the same time (by the server's TIME, or with an equal Request.Now) share
-// script calls of up to 16 keys, and on Cluster only checks of one slot share
-// a call. Each key of such a call is decided on its own, in order, exactly as
+// I/O. Each queue keeps up to DefaultLanes (4; WithLanes) script calls or
+// pipelines in flight, each on its own connection. A check, or the keys of
+// an ApplyAll on one slot, that finds a lane free goes out at once, on its
+// own goroutine, as one EVALSHA. Those that find every lane busy wait and go
+// out together when a lane frees, as one pipeline of up to 256 keys; the
+// goroutine that sends them lives only while the queue has work. Within the
+// pipeline, checks and ApplyAll groups decided at the same time (by the
+// server's TIME, or with an equal Request.Now) share script calls of up to
+// 16 keys, a group never split (one of more keys is a call of its own), and
+// on Cluster only those of one slot share a call. Each check of such a call
+// is decided on its own, and each group all or nothing, in order, exactly as
 // a call of its own would decide it: a denial or a malformed bucket is that
-// check's result alone, and a key named twice sees its own earlier write.
+// check's or that group's result alone, and a key named twice sees its own
+// earlier write.
 // Redis runs one call at a time, so a call of 16 keys holds it for 16
 // decisions (about 100 µs of its CPU); the per-call cost it spreads over them
 // is a third of what a single check costs Redis.
 //
-// A caller waits on its own context only: one that gives up before its check
+// A caller waits on its own context only: one that gives up before its call
 // is sent takes nothing, a slow reply holds only its own lane, and a batch
 // runs until the latest deadline among its callers, with the context values
 // of its first. A panic inside a batch becomes an error for that batch's
@@ -55,7 +58,8 @@
 // # All or nothing
 //
 // ApplyAll on one server, and on Cluster when every key hashes to one slot,
-// is one script call on all the keys: atomic. Keys of several Cluster slots
+// is one script call on all the keys (with other groups, under load):
+// atomic. Keys of several Cluster slots
 // cannot meet in one script; see Store.ApplyAll for the two steps it takes
 // then and the one race they leave.
 //

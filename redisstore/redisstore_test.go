@@ -330,11 +330,29 @@ func hookedClient(t *testing.T, srv *redistest.Server) (redis.UniversalClient, *
 }
 
 // sent records the commands a client sends: one entry in names per single
-// command, one in pipes per pipeline.
+// command, one in pipes per pipeline, and one in scripts per script call,
+// alone or in a pipeline.
 type sent struct {
-	mu    sync.Mutex
-	names []string
-	pipes []string
+	mu      sync.Mutex
+	names   []string
+	pipes   []string
+	scripts []scriptCall
+}
+
+// scriptCall is a script call's number of keys and its mode (ARGV[2]).
+type scriptCall struct {
+	keys int
+	mode string
+}
+
+// script records cmd when it is a script call. h.mu must be held.
+func (h *sent) script(cmd redis.Cmder) {
+	if name := cmd.Name(); name != "evalsha" && name != "eval" {
+		return
+	}
+	a := cmd.Args() // evalsha, sha, numkeys, keys..., argv...
+	n, _ := strconv.Atoi(fmt.Sprint(a[2]))
+	h.scripts = append(h.scripts, scriptCall{keys: n, mode: fmt.Sprint(a[3+n+1])})
 }
 
 func (h *sent) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -342,6 +360,7 @@ func (h *sent) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.mu.Lock()
 		h.names = append(h.names, cmd.Name())
+		h.script(cmd)
 		h.mu.Unlock()
 		return next(ctx, cmd)
 	}
@@ -349,10 +368,11 @@ func (h *sent) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *sent) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		names := make([]string, len(cmds))
+		h.mu.Lock()
 		for i, c := range cmds {
 			names[i] = c.Name()
+			h.script(c)
 		}
-		h.mu.Lock()
 		h.pipes = append(h.pipes, strings.Join(names, " "))
 		h.mu.Unlock()
 		return next(ctx, cmds)

@@ -190,6 +190,7 @@ func TestEnvoyBench(t *testing.T) {
 	}{
 		{"embedded", nil, "memory (embedded"},
 		{"redis", []string{"--redis", "redis://" + srv.Addr()}, srv.Addr()},
+		{"redis, three descriptors a call", []string{"--redis", "redis://" + srv.Addr(), "--descriptors", "3"}, "3 per call"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr strings.Builder

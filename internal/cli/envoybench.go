@@ -23,9 +23,10 @@ import (
 const envoyBenchAbout = `
 Envoy-bench is a gRPC load generator for Envoy's rate limit service: it sends
 ShouldRateLimit calls from --concurrency goroutines over --conns connections,
-each for one descriptor (--key, "s<i>") with i drawn at random among
---subjects, in domain --domain, for --duration, and prints the calls per
-second, the p50, p99 and maximum latency of a call, and the fraction OK.
+each for --descriptors descriptors (--key, "s<i>"), each i drawn at random
+among --subjects, in domain --domain, for --duration, and prints the calls
+per second, the p50, p99 and maximum latency of a call, and the fraction OK.
+A call of several descriptors is decided all or nothing over their buckets.
 
 With --target it drives a service already running there (this one, started
 with 'ratelimit serve --grpc-listen', or envoyproxy/ratelimit) whose config
@@ -39,7 +40,7 @@ type envoyBenchFlags struct {
 	redis               redisFlags
 	load                loadFlags
 	target, domain, key string
-	conns               int
+	conns, descriptors  int
 	rate                int64
 }
 
@@ -50,6 +51,7 @@ func runEnvoyBench(ctx context.Context, env Env, args []string) error {
 	f.redis.register(fs)
 	f.load.register(fs, 64, 10_000, "calls in flight at the same time", "distinct descriptor values, drawn uniformly")
 	fs.IntVar(&f.conns, "conns", 4, "gRPC connections the calls are spread over")
+	fs.IntVar(&f.descriptors, "descriptors", 1, "descriptors per call, their values drawn independently")
 	fs.Int64Var(&f.rate, "rate", 1000, "without --target, the rule's requests_per_unit (unit second)")
 	fs.StringVar(&f.domain, "domain", "bench", "the request's domain")
 	fs.StringVar(&f.key, "key", "subject", "the descriptor's key")
@@ -63,6 +65,8 @@ func runEnvoyBench(ctx context.Context, env Env, args []string) error {
 	switch {
 	case f.conns < 1:
 		return usagef("--conns must be at least 1 (got %d)", f.conns)
+	case f.descriptors < 1 || f.descriptors > 64:
+		return usagef("--descriptors must be between 1 and 64 (got %d)", f.descriptors)
 	case f.target != "" && len(f.redis.urls) > 0:
 		return usagef("--redis applies only without --target (the target has its store)")
 	case f.rate < 1 || f.rate > 1<<32-1:
@@ -89,8 +93,8 @@ func runEnvoyBench(ctx context.Context, env Env, args []string) error {
 	}
 	ctx, cancel := f.load.run(ctx)
 	defer cancel()
-	fmt.Fprintf(env.Stdout, "target      %s\nworkload    domain %s, key %s over %d values, concurrency %d, %d connections, %v\n",
-		where, f.domain, f.key, f.load.subjects, f.load.concurrency, f.conns, f.load.duration)
+	fmt.Fprintf(env.Stdout, "target      %s\nworkload    domain %s, key %s over %d values, %d per call, concurrency %d, %d connections, %v\n",
+		where, f.domain, f.key, f.load.subjects, f.descriptors, f.load.concurrency, f.conns, f.load.duration)
 	res := envoyBench(ctx, f, conns)
 	res.report(env.Stdout)
 	return nil
@@ -134,11 +138,9 @@ type envoyBenchResult struct {
 }
 
 func envoyBench(ctx context.Context, f envoyBenchFlags, conns []*grpc.ClientConn) envoyBenchResult {
-	reqs := make([]*rlsv3.RateLimitRequest, f.load.subjects)
-	for i := range reqs {
-		reqs[i] = &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: []*rlv3.RateLimitDescriptor{
-			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: f.key, Value: "s" + strconv.Itoa(i)}}},
-		}}
+	descs := make([]*rlv3.RateLimitDescriptor, f.load.subjects)
+	for i := range descs {
+		descs[i] = &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: f.key, Value: "s" + strconv.Itoa(i)}}}
 	}
 	type worker struct {
 		ok, over, errors atomic.Int64
@@ -153,14 +155,20 @@ func envoyBench(ctx context.Context, f envoyBenchFlags, conns []*grpc.ClientConn
 		wg.Go(func() {
 			me := &workers[w]
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
+			// The worker's request, its descriptors drawn anew for each
+			// call (a call is done with it when it returns).
+			req := &rlsv3.RateLimitRequest{Domain: f.domain, Descriptors: make([]*rlv3.RateLimitDescriptor, f.descriptors)}
 			for ctx.Err() == nil {
+				for i := range req.Descriptors {
+					req.Descriptors[i] = descs[rng.IntN(len(descs))]
+				}
 				// Each call has a deadline of its own, not the run's:
 				// a deadline that reaches the server shortens its
 				// store calls, and the outage behaviour would answer
 				// the calls in flight at the end of the run.
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 				t := time.Now()
-				resp, err := client.ShouldRateLimit(cctx, reqs[rng.IntN(len(reqs))])
+				resp, err := client.ShouldRateLimit(cctx, req)
 				lat := time.Since(t)
 				cancel()
 				switch {
