@@ -16,7 +16,8 @@ import (
 type Store interface {
 	// Apply brings the bucket at key up to date and decides r against it, in
 	// one atomic step: when r.Peek is false and every limit's bucket holds
-	// r.Cost tokens, it takes them; otherwise it takes nothing. A missing
+	// its cost (r.Cost, or its own of r.Costs), it takes them; otherwise it
+	// takes nothing. A missing
 	// bucket is full. The result is the same as Step's.
 	Apply(ctx context.Context, key string, r Request) (Decision, error)
 	// Reset deletes the bucket at key, so that its next check starts full.
@@ -94,8 +95,11 @@ type BatchStore interface {
 	// untouched balance), and at least one is not Allowed. A peek item
 	// takes nothing either way and is Allowed while one token is there.
 	// Each item must be valid (see Request.Validate), have a distinct key,
-	// and be decided at the same time (equal Now). The error means nothing
-	// was decided and nothing taken; item Errs are not used.
+	// and be decided at the same time (equal Now). An error returned before
+	// the store was asked (an invalid item, a done context) means nothing
+	// was decided and nothing taken; one that meets the store's failure or
+	// the caller's deadline after the items were sent may follow a decision
+	// that was made, as with Apply. Item Errs are not used.
 	//
 	// What is atomic is the store's to say. memstore and Redis on one
 	// server decide all the keys in one step, atomically with respect to

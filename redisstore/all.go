@@ -73,6 +73,12 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 		asks[i] = it
 		if !it.Request.Peek {
 			asks[i].Request.Cost = -it.Request.Cost // ask for it, take nothing
+			if c := it.Request.Costs; c != nil {
+				asks[i].Request.Costs = make([]int64, len(c))
+				for j := range c {
+					asks[i].Request.Costs[j] = -c[j]
+				}
+			}
 		}
 	}
 	if err := s.eachGroup(ctx, asks, slots); err != nil {

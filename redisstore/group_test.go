@@ -299,7 +299,7 @@ func TestTheScriptsGroupMode(t *testing.T) {
 		return script.Entries(res, len(keys))
 	}
 	const malformed = "ratelimit: invalid argument: malformed argument"
-	for _, mode := range []string{"1", "2,2", "4", "0,3", "-1,4", "1.5,1.5", "a", "1,x,1", ""} {
+	for _, mode := range []string{"1", "2,2", "4", "0,3", "-1,4", "1.5,1.5", "a", "1,x,1", "", "2,,1", ",3", "3,", "0x3", "3e0", " 3", "03"} {
 		if _, err := eval(mode, "m1", "m2", "m3"); err == nil || !strings.Contains(err.Error(), malformed) {
 			t.Errorf("groups %q of 3 keys: %v, want a malformed argument", mode, err)
 		}

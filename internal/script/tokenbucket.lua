@@ -19,8 +19,9 @@
 --             Settle does with the actual costs; without a record nothing changes, and the
 --             reply says so (flag 8).
 -- then two per bucket, in the order of KEYS:
---   cost      the tokens to take from every limit; a list "c1,c2,..." of one per limit; or,
---             negative, the tokens to ask for without taking any (a peek asks for one: -1).
+--   cost      the tokens to take from every limit, or a list "c1,c2,..." of one per limit; or,
+--             negative (every one of a list), the tokens to ask for without taking any (a peek
+--             asks for one: -1).
 --             For "settle", the tokens used (0 and up), one for all or one per limit.
 --   policy    a binary string (struct.pack): the number of limits n (1 byte, 1 to 8), then per
 --             limit its capacity c, refill tokens r and refill period p in µs, the rate in lowest
@@ -341,9 +342,9 @@ elseif mode ~= 'each' then
   -- Group sizes, each at least 1, adding up to K.
   groups = {}
   local sum = 0
-  for g in string.gmatch(mode, '[^,]+') do
+  for g in string.gmatch(mode .. ',', '([^,]*),') do
+    if not string.find(g, '^[1-9]%d*$') then return redis.error_reply(MALFORMED) end
     local size = tonumber(g)
-    if size == nil or size < 1 or size % 1 ~= 0 then return redis.error_reply(MALFORMED) end
     groups[#groups + 1], sum = size, sum + size
   end
   if sum ~= nkeys then return redis.error_reply(MALFORMED) end
@@ -423,15 +424,19 @@ while first <= nkeys do
       end
       local cost, costs = tonumber(arg), nil
       if cost == nil and limits then
-        -- One cost per limit.
+        -- One cost per limit: each at least 1, or each at most -1 to ask for them and take
+        -- none (for a settle, each used count at least 0).
         costs, cost = {}, 1
         for c in string.gmatch(arg, '[^,]+') do
-          costs[#costs + 1] = tonumber(c) or -1
+          costs[#costs + 1] = tonumber(c) or 0
         end
         if #costs ~= #limits then costs = false end
+        if costs and costs[1] < 0 and not settle then cost = -1 end
         for i = 1, #limits do
           local c = costs and costs[i]
-          if not c or c ~= c or c % 1 ~= 0 or c < 1 and not (settle and c == 0) or c > MAX then costs = false end
+          if not c or c ~= c or c % 1 ~= 0 or c > MAX or c < -MAX or c * cost < 1 and not (settle and c == 0) then
+            costs = false
+          end
         end
       elseif cost ~= nil and (cost ~= cost or cost % 1 ~= 0 or cost == 0 and not settle or cost < 0 and settle or cost > MAX) then
         cost = nil

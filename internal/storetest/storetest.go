@@ -410,6 +410,35 @@ var batchCases = []struct {
 			t.Fatal("a denied ApplyAll took tokens")
 		}
 	}},
+	{"ApplyAll takes a cost per limit, and nothing when denied", func(t *testing.T, e *batchEnv) {
+		rpm, tpm := ratelimit.PerMinute(3), ratelimit.PerMinute(1000)
+		multi := func(subject string, costs ...int64) ratelimit.BatchItem {
+			it := e.item(subject, 0, rpm, tpm)
+			it.Request.Costs = costs
+			return it
+		}
+		items := []ratelimit.BatchItem{multi("tenant", 1, 600), e.item("route", 1, rpm)}
+		if err := e.store.ApplyAll(e.ctx, items); err != nil {
+			t.Fatal(err)
+		}
+		if d := items[0].Decision; !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("tenant = %+v, want allowed with 2 requests left", d)
+		}
+		items = []ratelimit.BatchItem{multi("tenant", 1, 600), e.item("route", 1, rpm)}
+		if err := e.store.ApplyAll(e.ctx, items); err != nil {
+			t.Fatal(err)
+		}
+		if d := items[0].Decision; d.Allowed || d.Limit != tpm {
+			t.Fatalf("tenant's second = %+v, want denied by its tokens", d)
+		}
+		d, err := e.store.Apply(e.ctx, keyfmt.Key(e.ns, "tenant"), ratelimit.Request{Limits: []ratelimit.Limit{rpm, tpm}, Costs: []int64{2, 400}, Now: e.now})
+		if err != nil || !d.Allowed {
+			t.Fatalf("what is left, 2 requests and 400 tokens: %+v %v; want allowed (the denial took nothing)", d, err)
+		}
+		if e.left(t, "route", rpm) != 2 {
+			t.Fatal("route's bucket does not hold what the decisions said")
+		}
+	}},
 	{"ApplyAll refuses a key named twice, and an invalid item, before taking anything", func(t *testing.T, e *batchEnv) {
 		lim := ratelimit.PerMinute(5)
 		for name, items := range map[string][]ratelimit.BatchItem{
