@@ -124,3 +124,41 @@ func (s *Store) guard(ctx context.Context, key string, call func(context.Context
 
 // errOutage is guard's cause: the outage behaviour answers.
 var errOutage = errors.New("fallback: primary down")
+
+// refunder is a primary that gives costs back without a reservation.
+type refunder interface {
+	Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error)
+}
+
+// Refund gives r's cost back to the bucket at key (see memstore's and
+// redisstore's Refund): on the primary while it is alive; while it is down,
+// under LocalFallback to the local bucket, and otherwise not at all, with an
+// error wrapping ErrUnavailable.
+func (s *Store) Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	if err := tokenbucket.ValidateRefund(r); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	res, ok := s.primary.(refunder)
+	if !ok {
+		return ratelimit.Decision{}, fmt.Errorf("fallback: the primary cannot refund: %w", errors.ErrUnsupported)
+	}
+	d, cause, err := s.guard(ctx, key, func(ctx context.Context) (ratelimit.Decision, error) {
+		return res.Refund(ctx, key, r)
+	})
+	if cause == nil {
+		return d, err
+	}
+	if s.outage == LocalFallback {
+		lr := s.shared(r)
+		if lr.Now.IsZero() {
+			lr.Now = s.clock()
+		}
+		d, err = s.local.Refund(context.WithoutCancel(ctx), key, lr)
+		d.Source = ratelimit.SourceLocal
+		return d, err
+	}
+	if err == nil {
+		return ratelimit.Decision{}, s.partition(ctx, key).unavailable()
+	}
+	return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+}

@@ -85,6 +85,30 @@ func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request,
 		}
 		return d, fmt.Errorf("%w: memstore settle of %s", ratelimit.ErrNotReserved, keyfmt.Label(key))
 	}
+	return s.update(key, r, func(st *tokenbucket.State, us int64) (ratelimit.Decision, time.Duration, bool) {
+		return st.Settle(r, rec.holds, actual, us)
+	})
+}
+
+// Refund gives r's cost (or costs) back to the bucket at key, capped at each
+// limit's capacity (tokenbucket's Refund): for a protocol that refunds without
+// a reservation (Envoy's negative hits). r is validated as a check is.
+func (s *Store) Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	if err := tokenbucket.ValidateRefund(r); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	return s.update(key, r, func(st *tokenbucket.State, us int64) (ratelimit.Decision, time.Duration, bool) {
+		return st.Refund(r, us)
+	})
+}
+
+// update runs op on the bucket at key under its shard's lock, at r's time or
+// the store's, and stores what it leaves when it says to write.
+func (s *Store) update(key string, r ratelimit.Request, op func(st *tokenbucket.State, us int64) (ratelimit.Decision, time.Duration, bool)) (ratelimit.Decision, error) {
+	clock := s.now()
 	us := clock
 	if !r.Now.IsZero() {
 		us = r.Now.UnixMicro()
@@ -97,7 +121,7 @@ func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request,
 	sp := sh.spaces[prefix]
 	var bands [tokenbucket.MaxLimits]tokenbucket.Band
 	st, e := sh.load(sp, subject, &bands)
-	d, ttl, write := st.Settle(r, rec.holds, actual, us)
+	d, ttl, write := op(&st, us)
 	if write {
 		s.store(sh, sp, prefix, subject, st, p, e, s.expiry(clock, ttl))
 	}

@@ -54,3 +54,23 @@ func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request,
 	}
 	return d, nil
 }
+
+// Refund gives r's cost (or costs) back to the bucket at key, capped at each
+// limit's capacity, in one script call: the settle of a reservation of that
+// cost that used nothing, for a protocol that refunds without a reservation
+// (Envoy's negative hits). It cannot tell what was taken: the cap is its one
+// bound. r is validated as a check is.
+func (s *Store) Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	if err := tokenbucket.ValidateRefund(r); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	res, err := s.eval(ctx, []string{key}, s.enc.AppendRequest(script.CallArgs(r, script.Refund, 1), r))
+	if err != nil {
+		return ratelimit.Decision{}, wrapErr("refund", key, err)
+	}
+	d, err := script.ParseReply(r, res)
+	if err != nil {
+		return ratelimit.Decision{}, wrapErr("refund", key, err)
+	}
+	return d, nil
+}

@@ -87,3 +87,18 @@ func ValidateSettle(id string, r ratelimit.Request, actual []int64) error {
 	}
 	return ratelimit.Request{Limits: r.Limits, Peek: true, Now: r.Now}.Validate()
 }
+
+// ValidateRefund reports whether a store can give r's cost back: r is valid
+// and not a peek. The error wraps ratelimit.ErrInvalidArgument.
+func ValidateRefund(r ratelimit.Request) error {
+	if r.Peek {
+		return invalid("a refund cannot be a peek")
+	}
+	return r.Validate()
+}
+
+// Refund gives r's cost (or costs) back to the bucket at now, capped at each
+// limit's capacity: Settle of a reservation of that cost that used nothing.
+func (st *State) Refund(r ratelimit.Request, now int64) (d ratelimit.Decision, ttl time.Duration, write bool) {
+	return st.Settle(r, Held(r), make([]int64, len(r.Limits)), now)
+}

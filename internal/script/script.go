@@ -55,6 +55,7 @@ const (
 	All     = "all"     // every key, all or nothing
 	Reserve = "reserve" // one key, and a record of what it took
 	Settle  = "settle"  // a record settled on its key
+	Refund  = "refund"  // one key's costs given back
 )
 
 // Groups returns the mode of a call of consecutive all-or-nothing groups of

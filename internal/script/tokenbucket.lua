@@ -17,7 +17,9 @@
 --             written: what each limit took, kept for ARGV[5] ms;
 --   "settle"  the record KEYS[2] is read and deleted, and what it holds settled on KEYS[1] as
 --             Settle does with the actual costs; without a record nothing changes, and the
---             reply says so (flag 8).
+--             reply says so (flag 8);
+--   "refund"  the costs of KEYS[1] (one key) are given back, capped at capacity: Settle of a
+--             reservation of those costs that used nothing (Envoy's negative hits).
 -- then two per bucket, in the order of KEYS:
 --   cost      the tokens to take from every limit, or a list "c1,c2,..." of one per limit; or,
 --             negative (every one of a list), the tokens to ask for without taking any (a peek
@@ -323,9 +325,11 @@ local MAX, MAXTIME = 9007199254740992, 4503599627370496 -- 2^53, 2^52
 local MALFORMED = 'ratelimit: invalid argument: malformed argument'
 local now, mode = ARGV[1], ARGV[2]
 local nkeys, groups = #KEYS, nil
-local reserve, settle = mode == 'reserve', mode == 'settle'
+local reserve, settle, refund = mode == 'reserve', mode == 'settle', mode == 'refund'
 local keep -- reserve: the record's lifetime in ms
-if reserve or settle then
+if refund then
+  if nkeys ~= 1 or #ARGV ~= 4 then return redis.error_reply(MALFORMED) end
+elseif reserve or settle then
   local want = 4
   if reserve then want = 5 end
   if nkeys ~= 2 or #ARGV ~= want then return redis.error_reply(MALFORMED) end
@@ -443,6 +447,17 @@ while first <= nkeys do
       end
       local y = 2 + 5 * (j - 1)
       local flags, remaining, reset, retry, back
+      if refund and cost and cost < 1 then cost = nil end -- (no asking)
+      if refund and cost and costs ~= false and limits then
+        -- A refund is the settle of a reservation of its costs that used nothing.
+        held = {}
+        for i = 1, #limits do
+          local l, c = limits[i], cost
+          if costs then c = costs[i] end
+          held[i] = {tokens = c, c = l.c, r = l.r, p = l.p}
+        end
+        cost, costs = 0, nil
+      end
       if cost and costs ~= false and limits then
         if settle and not held then
           -- No record: the standing, as a peek reports it, and flag 8.

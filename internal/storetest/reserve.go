@@ -149,6 +149,32 @@ var reserveCases = []envCase{
 		d, err := rv.Settle(e.ctx, 50)
 		want(t, "its own settle", d, err, true, 50, 0, 30*time.Second)
 	}},
+	{"a refund gives a cost back, capped at capacity", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerMinute(3), ratelimit.PerMinute(1000))
+		store, ok := l.Store().(interface {
+			Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error)
+		})
+		if !ok {
+			t.Fatalf("%T holds reservations but cannot refund", l.Store())
+		}
+		key := l.Key("s")
+		at := func(costs ...int64) ratelimit.Request {
+			return ratelimit.Request{Limits: l.Limits(), Costs: costs, Now: e.clock.Now()}
+		}
+		if d, err := l.Store().Apply(e.ctx, key, at(2, 900)); err != nil || !d.Allowed || d.Remaining != 1 {
+			t.Fatalf("take 2 and 900 = %+v %v", d, err)
+		}
+		d, err := store.Refund(e.ctx, key, at(1, 500))
+		want(t, "refund 1 and 500", d, err, true, 2, 0, 24*time.Second)
+		d, err = store.Refund(e.ctx, key, at(3, 1000)) // beyond what was taken: capped at full
+		want(t, "refund beyond", d, err, true, 3, 0, 0)
+		if _, err := store.Refund(e.ctx, key, at(4, 1)); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+			t.Fatalf("a refund beyond capacity: %v; want ErrInvalidArgument", err)
+		}
+		if _, err := store.Refund(e.ctx, key, ratelimit.Request{Limits: l.Limits(), Peek: true}); !errors.Is(err, ratelimit.ErrInvalidArgument) {
+			t.Fatalf("a peek refund: %v; want ErrInvalidArgument", err)
+		}
+	}},
 	{"invalid reserves and settles are refused before the store", func(t *testing.T, e *env) {
 		l := e.newLimiter(ratelimit.PerMinute(3), ratelimit.PerMinute(1000))
 		for _, costs := range [][]int64{{4}, {0}, {1, 1001}, {1, 0}, {1, 2, 3}, {}} {
