@@ -32,6 +32,7 @@ type config struct {
 	subjects      []int
 	only          *regexp.Regexp
 	sections      map[string]bool
+	instrKeys     []int // the instructions section's keys per call
 	pool          int
 	memSubjects   int
 	localSubjects int
@@ -92,7 +93,8 @@ func main() {
 	conc := flag.String("conc", "", "concurrencies (default 1,16,64)")
 	subjects := flag.String("subjects", "", "subject counts (default 1,10000)")
 	only := flag.String("only", "", "regexp: run only the limiters whose names match (the floor and redis_rate always run, for the ratios)")
-	sections := flag.String("sections", allSections, "sections to run")
+	sections := flag.String("sections", allSections, "sections to run (and instructions, which needs valgrind)")
+	instrKeys := flag.String("instr-keys", "1,4,16", "instructions section: the keys per call to count")
 	pool := flag.Int("pool", 0, "go-redis pool size for every go-redis client (0: go-redis's default, 10 per GOMAXPROCS)")
 	memSubjects := flag.Int("mem-subjects", 0, "subjects for the used_memory growth (default 10000)")
 	localSubjects := flag.Int("local-subjects", 0, "subjects for the in-process heap and ns/op (default 1000000)")
@@ -148,6 +150,10 @@ func main() {
 		}
 	}
 	cfg.sections = parseSections(*sections)
+	if cfg.instrKeys, err = parseInts(*instrKeys); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	cmdline := "go run . " + strings.Join(os.Args[1:], " ")
 	if err := run(cfg, cmdline, os.Stdout, os.Stderr); err != nil {
 		pprof.StopCPUProfile()
@@ -267,6 +273,18 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 	if cfg.sections["ceiling"] {
 		if err := runCeiling(ctx, admin, addr, scripts, cfg, rep, logf); err != nil {
 			return fmt.Errorf("ceiling: %w", err)
+		}
+	}
+
+	if cfg.sections["instructions"] {
+		logf("instructions: redis-server under callgrind, our script, calls of K keys")
+		ic, err := measureInstructions(ctx, p, cfg.instrKeys)
+		if err != nil {
+			return fmt.Errorf("instructions: %w", err)
+		}
+		rep.instructions = ic
+		for _, c := range ic {
+			logf("  K=%-2d %8.0f instructions per decision", c.k, c.perOp)
 		}
 	}
 

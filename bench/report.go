@@ -29,14 +29,15 @@ type report struct {
 	warning            string
 	others             float64
 
-	contenders  []contender
-	runs        map[runKey][]result
-	memory      []memResult
-	server      []serverCost
-	ceiling     []ceilingResult
-	local       []localResult
-	scriptCosts []scriptCost
-	localNotes  []string
+	contenders   []contender
+	runs         map[runKey][]result
+	memory       []memResult
+	server       []serverCost
+	ceiling      []ceilingResult
+	local        []localResult
+	instructions []instructionCount
+	scriptCosts  []scriptCost
+	localNotes   []string
 }
 
 // stat is the median over the rounds of one configuration.
@@ -160,6 +161,9 @@ func (rep *report) write(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	if len(rep.instructions) > 0 {
+		rep.writeInstructions(w)
+	}
 	if len(rep.local) > 0 {
 		rep.writeLocal(w)
 	}
@@ -282,6 +286,17 @@ func (rep *report) writeCeiling(w io.Writer) {
 			}
 			fmt.Fprintf(w, "| %s | %d | %s | %s | %.2fms | ±%.0f%% | %d | `%s` |\n", name, n, fmtRate(c.rps), ratio(ours.rps, c.rps), c.p50, 50*c.spread, c.n, c.args)
 		}
+	}
+	fmt.Fprintln(w)
+}
+
+func (rep *report) writeInstructions(w io.Writer) {
+	fmt.Fprintf(w, "### Inside Redis: instructions per decision (callgrind)\n\n")
+	fmt.Fprintf(w, "Our script, one limit of %d/s, %d subjects cycling, calls of K keys in mode \"each\" on the server's TIME: (instructions at %d calls − at %d) ÷ (%d·K). Independent of the machine's load.\n\n", rep.cfg.rate, instrSubjects, instrMany, instrFew, instrMany-instrFew)
+	fmt.Fprintln(w, "| K | instructions per decision |")
+	fmt.Fprintln(w, "|---:|---:|")
+	for _, c := range rep.instructions {
+		fmt.Fprintf(w, "| %d | %.0f |\n", c.k, c.perOp)
 	}
 	fmt.Fprintln(w)
 }

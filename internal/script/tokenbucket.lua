@@ -65,8 +65,9 @@
 --
 -- Cost: Redis runs this body on every call, and every object it makes (a table, a string, a
 -- closure, an upvalue, a table that grows) is made and collected again each time, some 500
--- instructions apiece (callgrind). Readability costs here: the five functions below, twins of
--- Go's, are ~5,000 instructions of closures per call, and a key's limits, bands and levels are
+-- instructions apiece (callgrind). Readability costs here: the four functions below, twins of
+-- Go's, are ~4,000 instructions of closures per call (carry, needed only when a policy
+-- changed, is made only then), and a key's limits, bands and levels are
 -- tables. step returns its reply's integers rather than a table, tables are made at their full
 -- size, a policy string is decoded once per call, and what only a settle needs is made only in
 -- a settle. Redis instructions per decision of one limit (callgrind): see docs/performance.md.
@@ -94,17 +95,6 @@ local function refill(l, level, elapsed)
     return full
   end
   return level + elapsed * l.r
-end
-
--- carry: rem/p of a token in units of 1/q, rounded down (see carry in step.go).
-local function carry(rem, p, q)
-  local d = floorDiv(p, q)
-  if d * q == p then return floorDiv(rem, d) end
-  d = floorDiv(q, p)
-  if d * p == q then return rem * d end
-  local v = math.floor(rem / p * q) - 2
-  if v < 0 then return 0 end
-  return v
 end
 
 -- step decides a check of limits on the bucket at key at now, as Step does: cost is what every
@@ -152,9 +142,9 @@ local function step(key, limits, cost, costs, now, take, held)
       end
       local b = {c = c, r = r, p = p, level = level}
       if level < 0 then
-        local floor = floorDiv(MAX - c * p, p)
-        if floor > c then floor = c end
-        if level < -floor * p then return nil, CORRUPT .. 'field out of range' end
+        if level < -math.min(c, floorDiv(MAX - c * p, p)) * p then -- (beyond the debt floor)
+          return nil, CORRUPT .. 'field out of range'
+        end
         debt = true
       end
       b.level = refill(b, level, t0 - last)
@@ -191,32 +181,46 @@ local function step(key, limits, cost, costs, now, take, held)
       end
     end
     converted = matched ~= n or matched ~= m
-    local nextband = 1
-    for i = 1, n do
-      local l = limits[i]
-      if not levels[i] then
-        while nextband <= m and bands[nextband].used do
-          nextband = nextband + 1
-        end
-        local b, tok = bands[nextband], nil
-        if b then
-          -- The band it replaces: its whole tokens (rounded down, so a debt is never forgiven),
-          -- and the part of a token it had, in this limit's units.
-          b.used = true
-          tok = floorDiv(b.level, b.p)
-          if tok < l.c and tok >= -l.debt then
-            levels[i] = tok * l.p + carry(b.level - tok * b.p, b.p, l.p)
-          end
-        else
-          for k = 1, m do
-            local t = floorDiv(bands[k].level, bands[k].p)
-            if tok == nil or t < tok then tok = t end
-          end
-        end
+    if converted then
+      -- carry: rem/p of a token in units of 1/q, rounded down (see carry in step.go). (Made
+      -- here, where a policy changed, rather than on every call.)
+      local function carry(rem, p, q)
+        local d = floorDiv(p, q)
+        if d * q == p then return floorDiv(rem, d) end
+        d = floorDiv(q, p)
+        if d * p == q then return rem * d end
+        local v = math.floor(rem / p * q) - 2
+        if v < 0 then return 0 end
+        return v
+      end
+      local nextband = 1
+      for i = 1, n do
+        local l = limits[i]
         if not levels[i] then
-          if tok > l.c then tok = l.c end
-          if tok < -l.debt then tok = -l.debt end
-          levels[i] = tok * l.p
+          local debt = math.min(l.c, floorDiv(MAX - l.c * l.p, l.p)) -- (arith.Rate.Debt)
+          while nextband <= m and bands[nextband].used do
+            nextband = nextband + 1
+          end
+          local b, tok = bands[nextband], nil
+          if b then
+            -- The band it replaces: its whole tokens (rounded down, so a debt is never
+            -- forgiven), and the part of a token it had, in this limit's units.
+            b.used = true
+            tok = floorDiv(b.level, b.p)
+            if tok < l.c and tok >= -debt then
+              levels[i] = tok * l.p + carry(b.level - tok * b.p, b.p, l.p)
+            end
+          else
+            for k = 1, m do
+              local t = floorDiv(bands[k].level, bands[k].p)
+              if tok == nil or t < tok then tok = t end
+            end
+          end
+          if not levels[i] then
+            if tok > l.c then tok = l.c end
+            if tok < -debt then tok = -debt end
+            levels[i] = tok * l.p
+          end
         end
       end
     end
@@ -234,9 +238,10 @@ local function step(key, limits, cost, costs, now, take, held)
           h.used = true
           local c = cost
           if costs then c = costs[i] end
-          local delta, full, floor, level = c - h.tokens, l.c * l.p, -l.debt * l.p, levels[i]
+          local debt = math.min(l.c, floorDiv(MAX - l.c * l.p, l.p)) -- (arith.Rate.Debt)
+          local delta, full, floor, level = c - h.tokens, l.c * l.p, -debt * l.p, levels[i]
           if delta > 0 then
-            if delta >= l.c + l.debt or level - floor <= delta * l.p then
+            if delta >= l.c + debt or level - floor <= delta * l.p then
               level = floor
             else
               level = level - delta * l.p
@@ -386,19 +391,19 @@ if settle then
 end
 
 -- Each group is StepAll: a first pass decides its keys without taking, and only when every one
--- is allowed a second pass decides them again, taking their costs. A key on its own ("each",
--- and a group of one) is decided in one pass.
+-- is allowed a second pass decides them again, taking their costs. "each" decides every key in
+-- one pass, on its own, and so does a group of one.
 local reply, policies = {5, 0, 0, 0, 0, 0}, nil -- (made at the size of one key's reply)
 if nkeys > 1 then policies = {} end
 local first, g = 1, 0
 while first <= nkeys do
-  local size = 1
+  -- "each" is one run of every key, one pass; a group, its keys.
+  local last, passes, all = nkeys, 1, true
   if groups then
     g = g + 1
-    size = groups[g]
+    last = first + groups[g] - 1
+    if groups[g] > 1 then passes = 2 end
   end
-  local last, passes, all = first + size - 1, 1, true
-  if size > 1 then passes = 2 end
   for pass = 1, passes do
     if not all then break end
     for j = first, last do
@@ -419,9 +424,7 @@ while first <= nkeys do
               limits = false
               break
             end
-            local debt = floorDiv(MAX - c * p, p) -- (arith.Rate.Debt)
-            if debt > c then debt = c end
-            limits[i] = {c = c, r = r, p = p, debt = debt}
+            limits[i] = {c = c, r = r, p = p}
           end
         end
         if policies then policies[pol] = limits end

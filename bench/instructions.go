@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/script"
+	"github.com/redis/go-redis/v9"
+)
+
+// The instructions section counts the instructions redis-server executes per
+// decision of our script, under valgrind's callgrind, which does not depend
+// on the machine's load: one PerSecond(rate) limit, 1,000 cycling subjects,
+// calls of K keys in mode "each" on the server's TIME, one connection. It
+// runs the server twice per K, for few and for many calls, and divides the
+// difference by the extra decisions, so that start-up and the first calls
+// cancel out. It is not in the default sections: it needs valgrind and takes
+// minutes.
+
+// instructionCount is the result for one K.
+type instructionCount struct {
+	k     int
+	perOp float64
+}
+
+const (
+	instrFew, instrMany = 1000, 5000 // calls of the two runs
+	instrSubjects       = 1000
+)
+
+func measureInstructions(ctx context.Context, p policy, ks []int) ([]instructionCount, error) {
+	var out []instructionCount
+	for _, k := range ks {
+		few, err := callgrindRun(ctx, p, k, instrFew)
+		if err != nil {
+			return nil, err
+		}
+		many, err := callgrindRun(ctx, p, k, instrMany)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, instructionCount{k: k, perOp: float64(many-few) / float64((instrMany-instrFew)*k)})
+	}
+	return out, nil
+}
+
+// callgrindRun starts redis-server under callgrind, sends calls script calls
+// of k keys, stops it and returns the instructions it executed.
+func callgrindRun(ctx context.Context, p policy, k, calls int) (int64, error) {
+	vg, err := findBinary("valgrind")
+	if err != nil {
+		return 0, fmt.Errorf("%w (apt-get install valgrind)", err)
+	}
+	rs, err := findBinary("redis-server")
+	if err != nil {
+		return 0, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return 0, err
+	}
+	dir, err := os.MkdirTemp("", "ratelimit-callgrind-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	outFile := filepath.Join(dir, "callgrind.out")
+	cmd := exec.Command(vg, "--tool=callgrind", "--callgrind-out-file="+outFile, rs,
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer cmd.Process.Kill()
+	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), MaxRetries: -1, PoolSize: 1,
+		ReadTimeout: time.Minute, WriteTimeout: time.Minute, DisableIdentity: true})
+	defer c.Close()
+	deadline := time.Now().Add(2 * time.Minute)
+	for c.Ping(ctx).Err() != nil {
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("redis-server under valgrind did not answer within 2 minutes")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r := ratelimit.Request{Limits: []ratelimit.Limit{ourLimit(env{policy: p})}, Cost: 1}
+	var enc script.Encoder
+	keys := make([]string, k)
+	for i := range calls {
+		args := script.CallArgs(r, script.Each, k)
+		for j := range k {
+			keys[j] = fmt.Sprintf("ic:%d", (i*k+j)%instrSubjects)
+			args = enc.AppendRequest(args, r)
+		}
+		if _, err := c.EvalSha(ctx, script.SHA, keys, args...).Result(); err != nil {
+			if !strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				return 0, err
+			}
+			if _, err := c.Eval(ctx, script.Source, keys, args...).Result(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	c.Shutdown(ctx) // ends the connection: its error is expected
+	if err := cmd.Wait(); err != nil {
+		return 0, fmt.Errorf("redis-server under valgrind: %w", err)
+	}
+	f, err := os.Open(outFile)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "summary: "); ok {
+			return strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no summary line in %s", outFile)
+}
