@@ -31,7 +31,9 @@
 //   - A policy is a [Limit]: [PerSecond], [PerMinute], [PerHour], [PerDay],
 //     or any capacity and refill rate.
 //   - [Limiter.TryAcquire] returns a [Decision]; [Limiter.Wait] waits for a
-//     token instead, for outbound calls.
+//     token instead, for outbound calls; [Limiter.Reserve] takes an estimate
+//     for work whose cost is known only after it (a language model's tokens),
+//     and the [Reservation] settles the real cost.
 //   - Stores: memstore.New (in this process), redisstore.New(client) (Redis,
 //     Sentinel or Cluster), and fallback.New(store, ...) for the behaviour
 //     while Redis is down.

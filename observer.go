@@ -35,7 +35,8 @@ type DecisionEvent struct {
 	// Key is the store key of the subject (see Limiter.Key). It identifies
 	// a subject: keep it out of metric labels.
 	Key string
-	// Cost is the number of tokens the check asked for; 1 for a Peek.
+	// Cost is the number of tokens the check asked for; 1 for a Peek; the
+	// largest of a Reserve's costs per limit.
 	Cost int64
 	// Peek reports whether the check was a Peek, which takes nothing.
 	Peek bool
@@ -62,7 +63,8 @@ type ErrorEvent struct {
 	// "settle" (a Reservation's Settle or Cancel, or Limiter.Settle).
 	Op string
 	// Cost is the number of tokens asked for (1 for a Peek, 0 for a
-	// Reset).
+	// Reset, the largest of several costs or used counts of a Reserve or a
+	// Settle).
 	Cost int64
 	// Err is the error returned to the caller. errors.Is tells its kind:
 	// ErrInvalidArgument (reported before any store is called),
