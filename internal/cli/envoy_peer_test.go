@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // envoyServe runs serve with the Envoy service in this process and returns
@@ -28,15 +29,15 @@ type envoyServe struct {
 	client rlsv3.RateLimitServiceClient
 	conn   *grpc.ClientConn
 	http   string
-	stderr *syncBuffer
+	stderr *testkit.Buffer
 	done   chan int
 }
 
 func startServeEnvoy(t *testing.T, vars map[string]string, args ...string) *envoyServe {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout syncBuffer
-	e := &envoyServe{stderr: &syncBuffer{}, done: make(chan int, 1)}
+	var stdout testkit.Buffer
+	e := &envoyServe{stderr: &testkit.Buffer{}, done: make(chan int, 1)}
 	env := Env{Stdout: &stdout, Stderr: e.stderr, Getenv: func(k string) string { return vars[k] }}
 	go func() {
 		e.done <- Main(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"}, args...), env)
@@ -189,7 +190,7 @@ func TestServeEnvoyPeerSettings(t *testing.T) {
 		{"a client SAN", map[string]string{"GRPC_CLIENT_TLS_SAN": "envoy"}, 2, "GRPC_CLIENT_TLS_SAN"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr syncBuffer
+			var stdout, stderr testkit.Buffer
 			env := Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return tc.vars[k] }}
 			code := Main(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--envoy-config", dir}, env)
 			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {

@@ -18,10 +18,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // waitLog waits until re matches stderr, or serve exits, or 5 s pass.
-func waitLog(t *testing.T, stderr *syncBuffer, done <-chan int, re *regexp.Regexp) []string {
+func waitLog(t *testing.T, stderr *testkit.Buffer, done <-chan int, re *regexp.Regexp) []string {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		if m := re.FindStringSubmatch(stderr.String()); m != nil {
@@ -56,7 +57,7 @@ func TestServeEnvoy(t *testing.T) {
 	writeConfig(strings.ReplaceAll(envoyTestConfig, "%d", "2"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.Buffer
 	env := Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string {
 		if k == "LIMIT_RESPONSE_HEADERS_ENABLED" {
 			return "true"
@@ -168,7 +169,7 @@ func TestServeEnvoyRefusesABadConfig(t *testing.T) {
 		{"a config without a listener", []string{"--envoy-config", path}, 2, "need --grpc-listen"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr syncBuffer
+			var stdout, stderr testkit.Buffer
 			env := Env{Stdout: &stdout, Stderr: &stderr}
 			code := Main(context.Background(), append([]string{"serve", "--listen", "127.0.0.1:0"}, tc.args...), env)
 			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {

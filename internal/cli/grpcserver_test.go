@@ -31,6 +31,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/envoyrls"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -38,7 +39,7 @@ import (
 // built by newGRPCServer from c, at most maxConns connections at once.
 type grpcTestServer struct {
 	addr string
-	logs *syncBuffer
+	logs *testkit.Buffer
 }
 
 func startGRPC(t *testing.T, c grpcServerConfig, store ratelimit.Store, storeTimeout time.Duration, maxConns int) grpcTestServer {
@@ -50,7 +51,7 @@ func startGRPC(t *testing.T, c grpcServerConfig, store ratelimit.Store, storeTim
 	if store == nil {
 		store = memstore.New()
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	svc, err := envoyrls.New(envoyrls.Options{Store: store, Config: cfg, Timeout: storeTimeout, Logger: log})
 	if err != nil {
@@ -381,7 +382,7 @@ func TestGRPCTLSFlags(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(envoyTestConfig, "%d", "5")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.Buffer
 	env := Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
 	if code := Main(context.Background(), []string{"serve", "--grpc-tls-cert", p.serverCert, "--grpc-tls-key", p.serverKey}, env); code != 2 ||
 		!strings.Contains(stderr.String(), "--grpc-tls-cert applies only with --grpc-listen") {
@@ -402,7 +403,7 @@ func serveMutualTLS(t *testing.T, p testPKI, env Env, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var serveLog syncBuffer
+	var serveLog testkit.Buffer
 	env.Stderr = &serveLog
 	done := make(chan int, 1)
 	go func() {
@@ -435,7 +436,7 @@ func TestGRPCTLSFromThePeersSettings(t *testing.T) {
 	}
 	settings := map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.serverCert,
 		"GRPC_SERVER_TLS_KEY": p.serverKey, "GRPC_CLIENT_TLS_CACERT": p.clientCA}
-	var stdout syncBuffer
+	var stdout testkit.Buffer
 	env := Env{Stdout: &stdout, Getenv: func(k string) string { return settings[k] }}
 	serveMutualTLS(t, p, env, "--envoy-config", cfg)
 }

@@ -1,18 +1,17 @@
 package envoyrls
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -21,25 +20,8 @@ import (
 type watcher struct {
 	svc   *Service
 	ticks chan time.Time
-	log   *syncBuffer
+	log   *testkit.Buffer
 	m     *Metrics
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func watch(t *testing.T, path string, o LoadOptions) *watcher {
@@ -48,7 +30,7 @@ func watch(t *testing.T, path string, o LoadOptions) *watcher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &watcher{ticks: make(chan time.Time), log: &syncBuffer{}, m: NewMetrics(0)}
+	w := &watcher{ticks: make(chan time.Time), log: &testkit.Buffer{}, m: NewMetrics(0)}
 	w.svc, err = New(Options{Store: memstore.New(), Config: cfg, Load: o, Metrics: w.m, Logger: slog.New(slog.NewTextHandler(w.log, nil))})
 	if err != nil {
 		t.Fatal(err)
