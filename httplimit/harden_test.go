@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -55,7 +56,7 @@ func send(t *testing.T, method, url string, hdr ...string) (*http.Response, stri
 }
 
 func TestLongKeysAreRefused(t *testing.T) {
-	c := &clock{now: t0}
+	c := storetest.NewClock(t0)
 	st := &countingStore{st: memstore.New(memstore.WithClock(c.Now)), keys: map[string]bool{}}
 	lim, err := ratelimit.New[string](st, ratelimit.PerSecond(10), ratelimit.WithClock(c.Now))
 	if err != nil {
@@ -128,7 +129,7 @@ func TestChecksAreBounded(t *testing.T) {
 		{"WithTimeout sets the bound, and the error handler gets the deadline", []Option{WithTimeout(20 * time.Millisecond), onError}, 2 * time.Second, 504},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &clock{now: t0}
+			c := storetest.NewClock(t0)
 			url := serveReal(t, newMiddleware(t, lim, c, tt.opts...))
 			start := time.Now()
 			res, body := send(t, "GET", url)
@@ -143,7 +144,7 @@ func TestChecksAreBounded(t *testing.T) {
 			deadline bool
 		}{{0, false}, {time.Hour, true}} {
 			lim := hanging{limits: lim.limits, deadlines: make(chan time.Time, 1)}
-			h := newMiddleware(t, lim, &clock{now: t0}, WithTimeout(tt.timeout))
+			h := newMiddleware(t, lim, storetest.NewClock(t0), WithTimeout(tt.timeout))
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel() // the check ends at once; only its deadline is looked at
 			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx))
@@ -155,7 +156,7 @@ func TestChecksAreBounded(t *testing.T) {
 }
 
 func TestSkip(t *testing.T) {
-	c := &clock{now: t0}
+	c := storetest.NewClock(t0)
 	lim := newLimiter(t, c, ratelimit.PerMinute(1))
 	skip := func(r *http.Request) bool { return r.Method == http.MethodOptions || r.URL.Path == "/healthz" }
 	url := serveReal(t, newMiddleware(t, lim, c, WithSkip(skip)))
@@ -179,7 +180,7 @@ func TestSeveralLimitsOneCheck(t *testing.T) {
 	// One middleware over ratelimit.NewMulti checks a route's limits
 	// together: a request denied by one limit spends no token of another,
 	// which two stacked middlewares cannot promise.
-	c := &clock{now: t0}
+	c := storetest.NewClock(t0)
 	lim := newLimiter(t, c, ratelimit.PerSecond(2), ratelimit.PerMinute(5))
 	url := serveReal(t, newMiddleware(t, lim, c))
 	allowed := 0
@@ -189,7 +190,7 @@ func TestSeveralLimitsOneCheck(t *testing.T) {
 				allowed++
 			}
 		}
-		c.Advance(time.Second)
+		c.Add(time.Second)
 	}
 	// 2 + 2 + 1: the 5 per minute, untouched by the 13 denials.
 	if allowed != 5 {
