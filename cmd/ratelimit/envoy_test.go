@@ -101,10 +101,6 @@ func TestServeEnvoyTwoProcessesOneRedis(t *testing.T) {
 
 func TestServeEnvoyTwoProcessesCluster(t *testing.T) {
 	t.Parallel()
-	c := redistest.StartCluster(t, 3, 0)
-	var args []string
-	for _, a := range c.Addrs() {
-		args = append(args, "--redis", "redis://"+a)
-	}
+	_, args := startCluster(t, 3, 0)
 	twoProcessesShareBuckets(t, args)
 }
