@@ -77,8 +77,7 @@ func stores(t *testing.T) []struct {
 		}},
 		{"redis", func(t *testing.T, _ *storetest.Clock) ratelimit.Store {
 			srv := redistest.StartServer(t)
-			client := redistest.NewClient(srv.Addr())
-			t.Cleanup(func() { client.Close() })
+			client := redistest.Client(t, srv.Addr())
 			return redisstore.New(client)
 		}},
 	}

@@ -236,8 +236,7 @@ func TestHeaderValuesAreTheirExactBytes(t *testing.T) {
 func TestHeaderKeysAreNotStoredAsThemselves(t *testing.T) {
 	c := storetest.NewClock(t0)
 	srv := redistest.StartServer(t)
-	client := redistest.NewClient(srv.Addr())
-	t.Cleanup(func() { client.Close() })
+	client := redistest.Client(t, srv.Addr())
 	for _, tt := range []struct {
 		name  string
 		store ratelimit.Store

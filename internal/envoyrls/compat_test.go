@@ -342,8 +342,7 @@ func startOurs(t *testing.T, dir string, settings map[string]string) rlsv3.RateL
 		t.Fatal(err)
 	}
 	srv := redistest.StartServer(t)
-	client := redistest.NewClient(srv.Addr())
-	t.Cleanup(func() { client.Close() })
+	client := redistest.Client(t, srv.Addr())
 	svc, err := New(Options{
 		Store: redisstore.New(client), Config: cfg, Load: load,
 		Headers:    HeadersFromEnv(func(k string) string { return settings[k] }),
