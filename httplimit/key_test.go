@@ -13,6 +13,7 @@ import (
 	"github.com/exactlimit/ratelimit/internal/clientkey"
 	"github.com/exactlimit/ratelimit/internal/redistest"
 	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/redisstore"
 )
@@ -255,7 +256,7 @@ func TestHeaderKeysAreNotStoredAsThemselves(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			url := serveReal(t, newMiddleware(t, lim, c, WithKey(Header("X-API-Key"))))
+			url := testkit.Serve(t, newMiddleware(t, lim, c, WithKey(Header("X-API-Key"))))
 			if res, body := send(t, "GET", url, "X-API-Key", "k1"); res.StatusCode != 200 {
 				t.Fatalf("%d %q", res.StatusCode, body)
 			}
@@ -313,7 +314,7 @@ func TestRouteInsideAndAroundTheMux(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			url := serveReal(t, b(m, lim))
+			url := testkit.Serve(t, b(m, lim))
 			for _, tt := range []struct {
 				path string
 				code int

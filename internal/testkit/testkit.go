@@ -1,12 +1,16 @@
 // Package testkit holds small helpers shared by the module's tests: a
-// goroutine-safe log sink and the like. It has no test logic of its own;
+// goroutine-safe log sink, and a loopback HTTP server with a client for it. It has no test logic of its own;
 // the behaviour suite every store must pass is in internal/storetest, and
 // real Redis servers come from internal/redistest.
 package testkit
 
 import (
 	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sync"
+	"testing"
 )
 
 // Buffer is a goroutine-safe bytes.Buffer for what a logger or a command
@@ -29,4 +33,45 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// Serve serves h on a loopback listener until the test ends and returns
+// its base URL.
+func Serve(t testing.TB, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// Request returns a request of method to url with body, or fails the test.
+// hdr are header names and values in turn; a "Host" sets the request's
+// Host.
+func Request(t testing.TB, method, url string, body io.Reader, hdr ...string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	return req
+}
+
+// Do sends req with http.DefaultClient, or fails the test, and returns the
+// response with its body read and closed.
+func Do(t testing.TB, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
 }
