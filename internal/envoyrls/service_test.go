@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -565,22 +564,8 @@ func TestLongValuesKeepTheirOwnBuckets(t *testing.T) {
 // at once and returns how many were answered OK.
 func concurrentOK(t *testing.T, f *fixture, descs ...*rlv3.RateLimitDescriptor) int64 {
 	t.Helper()
-	var allowed atomic.Int64
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for range 8 {
-				r, err := f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: descs})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if r.OverallCode == ok {
-					allowed.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return allowed.Load()
+	return testkit.Concurrently(t, 16, 8, func(int, int) (bool, error) {
+		r, err := f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: descs})
+		return err == nil && r.OverallCode == ok, err
+	})
 }

@@ -8,12 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // Clock is a settable clock for WithClock.
@@ -289,23 +289,12 @@ var cases = []envCase{
 	}},
 	{"concurrent checks at one instant admit exactly the capacity", func(t *testing.T, e *env) {
 		l := e.newLimiter(ratelimit.PerHour(50))
-		var admitted, failed atomic.Int64
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				for range 25 {
-					d, err := l.TryAcquire(e.ctx, "hot")
-					if err != nil {
-						failed.Add(1)
-					} else if d.Allowed {
-						admitted.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if failed.Load() != 0 || admitted.Load() != 50 {
-			t.Fatalf("200 concurrent checks: %d admitted, %d failed; want exactly 50 admitted", admitted.Load(), failed.Load())
+		admitted := testkit.Concurrently(t, 8, 25, func(int, int) (bool, error) {
+			d, err := l.TryAcquire(e.ctx, "hot")
+			return d.Allowed, err
+		})
+		if admitted != 50 {
+			t.Fatalf("200 concurrent checks: %d admitted, want exactly 50", admitted)
 		}
 	}},
 	{"invalid requests are refused by the store itself", func(t *testing.T, e *env) {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -74,4 +75,29 @@ func Do(t testing.TB, req *http.Request) (*http.Response, string) {
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	return res, string(b)
+}
+
+// Concurrently calls check each times from each of workers goroutines at
+// once, w naming the goroutine and i the call, and returns how many calls
+// passed. An error fails the test and ends its goroutine's calls.
+func Concurrently(t testing.TB, workers, each int, check func(w, i int) (bool, error)) int64 {
+	t.Helper()
+	var passed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				ok, err := check(w, i)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					passed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return passed.Load()
 }
