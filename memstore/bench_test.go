@@ -5,9 +5,9 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -57,14 +57,7 @@ func BenchmarkManySubjects(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-B/subject")
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(time.Since(start).Nanoseconds()) // a different start per goroutine
-				for pb.Next() {
-					i = (i + 7919) % n
-					l.TryAcquire(ctx, subjects[i])
-				}
-			})
+			testkit.RunStrided(b, n, func(i int) { l.TryAcquire(ctx, subjects[i]) })
 		})
 	}
 }
@@ -88,14 +81,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(time.Since(start).Nanoseconds())
-				for pb.Next() {
-					i = (i + 7919) % n
-					limiters[i].TryAcquire(ctx, "user")
-				}
-			})
+			testkit.RunStrided(b, n, func(i int) { limiters[i].TryAcquire(ctx, "user") })
 		})
 	}
 }

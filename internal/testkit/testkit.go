@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Buffer is a goroutine-safe bytes.Buffer for what a logger or a command
@@ -100,4 +101,19 @@ func Concurrently(t testing.TB, workers, each int, check func(w, i int) (bool, e
 	}
 	wg.Wait()
 	return passed.Load()
+}
+
+// RunStrided runs f in b.RunParallel's goroutines, each calling f(i) for i
+// stepping through [0, n) by a prime stride, from a start of its own, so
+// that the goroutines touch different items at any moment and every item
+// in turn. n must not be a multiple of the stride, 7919.
+func RunStrided(b *testing.B, n int, f func(i int)) {
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(time.Since(start).Nanoseconds())
+		for pb.Next() {
+			i = (i + 7919) % n
+			f(i)
+		}
+	})
 }
