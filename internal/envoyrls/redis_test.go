@@ -185,9 +185,7 @@ func TestClusterAllOrNothingAcrossSlots(t *testing.T) {
 		f.ask(t, 0, desc("message_type=marketing", "to_number=slots"))
 	}
 	r := f.ask(t, 0, desc("message_type=marketing", "to_number=slots"), desc("to_number=slots"))
-	if r.OverallCode != over {
-		t.Fatalf("got %v, want OVER_LIMIT", r.OverallCode)
-	}
+	wantOverall(t, "the request", r, over)
 	last := s.keys[len(s.keys)-1]
 	if len(last) != 2 || redistest.SlotOf(last[0]) == redistest.SlotOf(last[1]) {
 		t.Fatalf("the two buckets %q share a slot: the test does not cross slots", last)
@@ -234,9 +232,7 @@ func TestOneScriptCallPerRequest(t *testing.T) {
 	f.ask(t, 0, desc("remote_address=warm")) // loads the script
 	before := sc.n.Load()
 	r := f.ask(t, 0, desc("remote_address=one"), desc("to_number=one"), desc("burst_key=one"))
-	if r.OverallCode != ok {
-		t.Fatalf("got %v", r.OverallCode)
-	}
+	wantOverall(t, "the request", r, ok)
 	if got := sc.n.Load() - before; got != 1 {
 		t.Errorf("three descriptors: %d script calls, want 1", got)
 	}

@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net"
 	"os"
@@ -164,6 +165,14 @@ const (
 
 // wantStatus checks a status's code and remaining, and its limit's
 // requests_per_unit (-1: no current_limit).
+// wantOverall fails the test unless r's overall code is code.
+func wantOverall(t *testing.T, what string, r *rlsv3.RateLimitResponse, code rlsv3.RateLimitResponse_Code) {
+	t.Helper()
+	if r.OverallCode != code {
+		t.Fatalf("%s: got overall %v, want %v", what, r.OverallCode, code)
+	}
+}
+
 func wantStatus(t *testing.T, what string, st *rlsv3.RateLimitResponse_DescriptorStatus, code rlsv3.RateLimitResponse_Code, remaining uint32, rpu int64) {
 	t.Helper()
 	if st.Code != code || st.LimitRemaining != remaining {
@@ -190,15 +199,11 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 		f := serve(t, newStore(t), e2eConfig, Headers{})
 		for i := range 10 {
 			r := f.ask(t, 0, desc("remote_address=10.0.0.1"))
-			if r.OverallCode != ok {
-				t.Fatalf("request %d: got %v, want OK", i+1, r.OverallCode)
-			}
+			wantOverall(t, fmt.Sprint("request ", i+1), r, ok)
 			wantStatus(t, "allowed", r.Statuses[0], ok, uint32(9-i), 10)
 		}
 		r := f.ask(t, 0, desc("remote_address=10.0.0.1"))
-		if r.OverallCode != over {
-			t.Fatalf("11th: got %v, want OVER_LIMIT", r.OverallCode)
-		}
+		wantOverall(t, "11th", r, over)
 		st := r.Statuses[0]
 		wantStatus(t, "11th", st, over, 0, 10)
 		if st.CurrentLimit.Unit != rlsv3.RateLimitResponse_RateLimit_SECOND {
@@ -217,9 +222,7 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 	t.Run("the most specific match wins, and requests_per_unit 0 denies all", func(t *testing.T) {
 		f := serve(t, newStore(t), e2eConfig, Headers{})
 		r := f.ask(t, 0, desc("remote_address=50.0.0.5"))
-		if r.OverallCode != over {
-			t.Fatalf("deny-listed IP: got %v, want OVER_LIMIT", r.OverallCode)
-		}
+		wantOverall(t, "deny-listed IP", r, over)
 		wantStatus(t, "deny-listed", r.Statuses[0], over, 0, 0)
 	})
 
@@ -257,9 +260,7 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 		f := serve(t, newStore(t), e2eConfig, Headers{})
 		for i := range 4 {
 			r := f.ask(t, 0, desc("service=auth", "user=user-a"), desc("remote_address=10.9.9.9"))
-			if r.OverallCode != ok {
-				t.Fatalf("request %d: got %v, want OK", i+1, r.OverallCode)
-			}
+			wantOverall(t, fmt.Sprint("request ", i+1), r, ok)
 			wantStatus(t, "the enforced rule is charged every time", r.Statuses[1], ok, uint32(9-i), 10)
 		}
 		if got := testutil.ToFloat64(f.metrics.shadow.WithLabelValues("edge", "edge.service.user_user-a")); got != 2 {
@@ -330,9 +331,7 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 		big := desc("remote_address=2.2.2.2")
 		big.HitsAddend = wrapperspb.UInt64(math.MaxUint64)
 		r := f.ask(t, 0, big, desc("to_number=42"))
-		if r.OverallCode != over {
-			t.Fatalf("got %v, want OVER_LIMIT", r.OverallCode)
-		}
+		wantOverall(t, "the request", r, over)
 		wantStatus(t, "the huge one", r.Statuses[0], over, 0, 10)
 		wantStatus(t, "the other, only looked at: what its hit would leave", r.Statuses[1], ok, 99, 100)
 		wantStatus(t, "later, the other is full", f.ask(t, 0, desc("to_number=42")).Statuses[0], ok, 99, 100)
@@ -347,9 +346,7 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 			f.ask(t, 0, desc("message_type=marketing", "to_number=7"))
 		}
 		r := f.ask(t, 0, desc("message_type=marketing", "to_number=7"), desc("to_number=7"))
-		if r.OverallCode != over {
-			t.Fatalf("got %v, want OVER_LIMIT", r.OverallCode)
-		}
+		wantOverall(t, "the request", r, over)
 		wantStatus(t, "spent", r.Statuses[0], over, 0, 5)
 		wantStatus(t, "would pass alone: what its hit would leave", r.Statuses[1], ok, 99, 100)
 		wantStatus(t, "still untouched", f.ask(t, 0, desc("to_number=7")).Statuses[0], ok, 99, 100)
@@ -361,9 +358,7 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 		wantStatus(t, "first", r.Statuses[0], ok, 7, 10)
 		wantStatus(t, "second", r.Statuses[1], ok, 4, 10)
 		r = f.ask(t, 3, desc("remote_address=3.3.3.3"), desc("remote_address=3.3.3.3"))
-		if r.OverallCode != over {
-			t.Fatalf("6 of 4: got %v, want OVER_LIMIT", r.OverallCode)
-		}
+		wantOverall(t, "6 of 4", r, over)
 		wantStatus(t, "3 of 4: OK in turn", r.Statuses[0], ok, 1, 10)
 		wantStatus(t, "then 3 of 1: over", r.Statuses[1], over, 0, 10)
 		wantStatus(t, "nothing was taken", f.ask(t, 4, desc("remote_address=3.3.3.3")).Statuses[0], ok, 0, 10)
