@@ -2,7 +2,6 @@ package memstore_test
 
 import (
 	"context"
-	"runtime"
 	"strconv"
 	"testing"
 
@@ -43,20 +42,17 @@ func BenchmarkManySubjects(b *testing.B) {
 			s := memstore.New()
 			l, _ := ratelimit.New[string](s, bc.limit)
 			ctx := context.Background()
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
+			before := testkit.LiveHeap()
 			for _, sub := range subjects {
 				l.TryAcquire(ctx, sub)
 			}
-			runtime.GC()
-			runtime.ReadMemStats(&after)
+			after := testkit.LiveHeap()
 			if bc.name == "live" && s.Len() != n {
 				b.Fatalf("store holds %d buckets, want %d", s.Len(), n)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-B/subject")
+			b.ReportMetric(float64(after-before)/n, "heap-B/subject")
 			testkit.RunStrided(b, n, func(i int) { l.TryAcquire(ctx, subjects[i]) })
 		})
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -210,24 +210,21 @@ func TestTopDeniedFindsHeavyHittersInFixedMemory(t *testing.T) {
 	}
 	rng.Shuffle(len(stream), func(i, j int) { stream[i], stream[j] = stream[j], stream[i] })
 
-	var before runtime.MemStats
+	var before uint64
 	for i, name := range stream {
 		sk.add("default", name, 0)
 		if i == len(stream)/10 {
-			runtime.GC()
-			runtime.ReadMemStats(&before)
+			before = testkit.LiveHeap()
 		}
 		if len(sk.counters) > TopDeniedCounters || cap(sk.counters) != TopDeniedCounters {
 			t.Fatalf("after %d denials the sketch holds %d counters of capacity %d, want at most %d", i+1, len(sk.counters), cap(sk.counters), TopDeniedCounters)
 		}
 	}
 	stream = nil
-	runtime.GC()
-	var after runtime.MemStats
-	runtime.ReadMemStats(&after)
+	after := testkit.LiveHeap()
 	// 90% of the stream, about 90 000 new subjects, went through the
 	// sketch: a map of them would hold megabytes.
-	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 256<<10 {
+	if grew := int64(after) - int64(before); grew > 256<<10 {
 		t.Errorf("the heap grew by %d bytes while the sketch took 90 000 more subjects", grew)
 	}
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -116,4 +117,14 @@ func RunStrided(b *testing.B, n int, f func(i int)) {
 			f(i)
 		}
 	})
+}
+
+// LiveHeap returns the bytes of live heap objects after two garbage
+// collections (the second frees what the first's finalizers released).
+func LiveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
