@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -53,7 +52,10 @@ func startServeEnvoy(t *testing.T, vars map[string]string, args ...string) *envo
 		conn.Close()
 		cancel()
 		select {
-		case <-e.done:
+		case code := <-e.done:
+			if code != 0 {
+				t.Errorf("serve exited %d: %s", code, e.stderr.String())
+			}
 		case <-time.After(10 * time.Second):
 			t.Error("serve did not stop")
 		}
@@ -63,16 +65,21 @@ func startServeEnvoy(t *testing.T, vars map[string]string, args ...string) *envo
 
 func (e *envoyServe) ask(t *testing.T, ip string) (*rlsv3.RateLimitResponse, error) {
 	t.Helper()
-	return e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{
-		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip}}},
-	}})
+	return askEdge(context.Background(), e.conn, ip)
 }
 
-func writeEnvoyConfig(t *testing.T, path string, rpu string) {
+// writeFile writes content to path, or fails the test.
+func writeFile(t *testing.T, path, content string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(envoyTestConfig, "%d", rpu)), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// writeEnvoyConfig writes envoyTestConfig with rpu requests a minute to path.
+func writeEnvoyConfig(t *testing.T, path string, rpu string) {
+	t.Helper()
+	writeFile(t, path, strings.ReplaceAll(envoyTestConfig, "%d", rpu))
 }
 
 // TestServeEnvoyLikeThePeer: the health service "ratelimit", POST /json and
@@ -172,9 +179,7 @@ func TestServeEnvoyPeerSettings(t *testing.T) {
 		"b.yaml":       "domain: edge\ndescriptors:\n  - {key: b, rate_limit: {unit: second, requests_per_unit: 1}}\n",
 		".hidden.yaml": "not: [yaml",
 	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, filepath.Join(dir, name), content)
 	}
 	for _, tc := range []struct {
 		name string

@@ -379,9 +379,7 @@ func TestGRPCTLSFlags(t *testing.T) {
 	p := newTestPKI(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "edge.yaml")
-	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(envoyTestConfig, "%d", "5")), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeEnvoyConfig(t, cfg, "5")
 	var stdout, stderr testkit.Buffer
 	env := Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
 	if code := Main(context.Background(), []string{"serve", "--grpc-tls-cert", p.serverCert, "--grpc-tls-key", p.serverKey}, env); code != 2 ||
@@ -431,9 +429,7 @@ func serveMutualTLS(t *testing.T, p testPKI, env Env, args ...string) string {
 func TestGRPCTLSFromThePeersSettings(t *testing.T) {
 	p := newTestPKI(t)
 	cfg := filepath.Join(t.TempDir(), "edge.yaml")
-	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(envoyTestConfig, "%d", "5")), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeEnvoyConfig(t, cfg, "5")
 	settings := map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.serverCert,
 		"GRPC_SERVER_TLS_KEY": p.serverKey, "GRPC_CLIENT_TLS_CACERT": p.clientCA}
 	var stdout testkit.Buffer
