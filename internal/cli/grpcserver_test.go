@@ -57,10 +57,7 @@ func startGRPC(t *testing.T, c grpcServerConfig, store ratelimit.Store, storeTim
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testkit.Listen(t)
 	srv, err := newGRPCServer(ln.Addr(), c, log)
 	if err != nil {
 		ln.Close()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,10 +117,7 @@ func serve(t *testing.T, store ratelimit.Store, config string, headers Headers) 
 
 func dial(t *testing.T, svc *Service) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testkit.Listen(t)
 	srv := grpc.NewServer(ServerOptions()...)
 	svc.Register(srv)
 	go srv.Serve(ln) //nolint:errcheck // ends with Stop
