@@ -20,6 +20,7 @@ import (
 
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // binary is the ratelimit command, built once for the package's tests.
@@ -442,9 +443,7 @@ func perMinute(t *testing.T, n ...int) string {
 		rate = n[0]
 	}
 	doc := fmt.Sprintf("namespaces:\n  - name: default\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", rate)
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteFile(t, path, doc)
 	return path
 }
 

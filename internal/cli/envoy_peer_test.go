@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -68,18 +67,10 @@ func (e *envoyServe) ask(t *testing.T, ip string) (*rlsv3.RateLimitResponse, err
 	return askEdge(context.Background(), e.conn, ip)
 }
 
-// writeFile writes content to path, or fails the test.
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // writeEnvoyConfig writes envoyTestConfig with rpu requests a minute to path.
 func writeEnvoyConfig(t *testing.T, path string, rpu string) {
 	t.Helper()
-	writeFile(t, path, strings.ReplaceAll(envoyTestConfig, "%d", rpu))
+	testkit.WriteFile(t, path, strings.ReplaceAll(envoyTestConfig, "%d", rpu))
 }
 
 // TestServeEnvoyLikeThePeer: the health service "ratelimit", POST /json and
@@ -179,7 +170,7 @@ func TestServeEnvoyPeerSettings(t *testing.T) {
 		"b.yaml":       "domain: edge\ndescriptors:\n  - {key: b, rate_limit: {unit: second, requests_per_unit: 1}}\n",
 		".hidden.yaml": "not: [yaml",
 	} {
-		writeFile(t, filepath.Join(dir, name), content)
+		testkit.WriteFile(t, filepath.Join(dir, name), content)
 	}
 	for _, tc := range []struct {
 		name string

@@ -72,7 +72,7 @@ func TestServeEnvoy(t *testing.T) {
 		t.Error("LIMIT_RESPONSE_HEADERS_ENABLED=true: no headers")
 	}
 
-	writeFile(t, path, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 2, typo: 1}\n")
+	testkit.WriteFile(t, path, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 2, typo: 1}\n")
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestServeEnvoy(t *testing.T) {
 
 func TestServeEnvoyRefusesABadConfig(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.yaml")
-	writeFile(t, path, "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	testkit.WriteFile(t, path, "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
 	for _, tc := range []struct {
 		name string
 		args []string

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -211,9 +210,7 @@ func newTestPKI(t *testing.T) testPKI {
 	p := testPKI{dir: dir, caPool: x509.NewCertPool()}
 	write := func(name, typ string, der []byte) string {
 		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		testkit.WriteFile(t, path, string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})))
 		return path
 	}
 	newKey := func() *ecdsa.PrivateKey {

@@ -383,7 +383,7 @@ func TestCompat(t *testing.T) {
 			}
 			mine = append(mine, c)
 			for name, content := range c.files {
-				writeFile(t, filepath.Join(dir, name), content)
+				testkit.WriteFile(t, filepath.Join(dir, name), content)
 			}
 		}
 		if len(mine) == 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -482,9 +481,7 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 func TestReloadKeepsTheOldConfigOnError(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "edge.yaml")
-	if err := os.WriteFile(path, []byte("domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteFile(t, path, "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
 	svc, err := New(Options{Store: memstore.New()})
 	if err != nil {
 		t.Fatal(err)
@@ -492,9 +489,7 @@ func TestReloadKeepsTheOldConfigOnError(t *testing.T) {
 	if err := svc.Reload(path); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, []byte("domain: edge\ndescriptors:\n  - key: a\n    rate_limt: {}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteFile(t, path, "domain: edge\ndescriptors:\n  - key: a\n    rate_limt: {}\n")
 	err = svc.Reload(path)
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "rate_limt") {
 		t.Fatalf("got %v, want an error naming the file and the field", err)

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -113,11 +112,7 @@ func TestSubjectsStayOutOfTheLog(t *testing.T) {
 func TestEmptyConfigReloadIsRefused(t *testing.T) {
 	s, _, logs := newService(t, Options{})
 	path := filepath.Join(t.TempDir(), "rl.yaml")
-	write := func(doc string) {
-		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(doc string) { testkit.WriteFile(t, path, doc) }
 	write("namespaces:\n  - name: login\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - name: api\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
 	if err := s.Reload(path); err != nil {
 		t.Fatal(err)

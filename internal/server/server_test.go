@@ -219,11 +219,7 @@ func TestReload(t *testing.T) {
 	s, _, logs := newService(t, Options{})
 	dir := t.TempDir()
 	path := filepath.Join(dir, "rl.yaml")
-	write := func(s string) {
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(s string) { testkit.WriteFile(t, path, s) }
 	write("namespaces:\n  - name: login\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
 	if err := s.Reload(path); err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -45,13 +44,6 @@ func newStatsService(t *testing.T, o Options, so StatsOptions) (*Service, *store
 		t.Fatal(err)
 	}
 	return s, c
-}
-
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func nsReport(t *testing.T, r StatsReport, name string) NamespaceReport {
@@ -339,7 +331,7 @@ func TestStatsStoreAndReload(t *testing.T) {
 
 	dir := t.TempDir()
 	bad := dir + "/bad.yaml"
-	writeFile(t, bad, "namespaces: [")
+	testkit.WriteFile(t, bad, "namespaces: [")
 	if err := s.Reload(bad); err == nil {
 		t.Fatal("a bad file was accepted")
 	}
@@ -348,7 +340,7 @@ func TestStatsStoreAndReload(t *testing.T) {
 		t.Errorf("after a refused reload: %+v", r.Reload)
 	}
 	good := dir + "/good.yaml"
-	writeFile(t, good, "namespaces:\n  - name: login\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	testkit.WriteFile(t, good, "namespaces:\n  - name: login\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
 	c.Add(time.Second)
 	if err := s.Reload(good); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -140,4 +142,16 @@ func Listen(t testing.TB) net.Listener {
 	}
 	t.Cleanup(func() { ln.Close() })
 	return ln
+}
+
+// WriteFile writes content to path, making its directory first, or fails
+// the test. The file is readable by the test's user only.
+func WriteFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
