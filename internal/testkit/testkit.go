@@ -1,6 +1,8 @@
-// Package testkit holds small helpers shared by the module's tests: a
-// goroutine-safe log sink, and a loopback HTTP server with a client for it. It has no test logic of its own;
-// the behaviour suite every store must pass is in internal/storetest, and
+// Package testkit holds small helpers shared by the module's tests and
+// benchmarks: a goroutine-safe log sink, a loopback HTTP server and
+// listener, files, concurrent and strided load, and the live heap. It
+// imports nothing of the module, so that any package's tests may use it;
+// the behaviour suite every store must pass is internal/storetest, and
 // real Redis servers come from internal/redistest.
 package testkit
 
