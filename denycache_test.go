@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -432,25 +432,12 @@ func TestDenyCacheUnderConcurrency(t *testing.T) {
 	clock := storetest.NewClock(storetest.Start)
 	l, store := cached(t, clock, 64, ratelimit.PerHour(50))
 	ctx := context.Background()
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			for i := range 200 {
-				d, err := l.TryAcquire(ctx, fmt.Sprint("s", (g+i)%4))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Allowed {
-					admitted.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if admitted.Load() != 4*50 {
-		t.Fatalf("admitted %d, want exactly 4 subjects × 50", admitted.Load())
+	admitted := testkit.Concurrently(t, 8, 200, func(g, i int) (bool, error) {
+		d, err := l.TryAcquire(ctx, fmt.Sprint("s", (g+i)%4))
+		return d.Allowed, err
+	})
+	if admitted != 4*50 {
+		t.Fatalf("admitted %d, want exactly 4 subjects × 50", admitted)
 	}
 	if n := store.Applies.Load(); n > 4*50+8*4*2 {
 		t.Fatalf("the store saw %d of 1600 checks; the cache should have answered most denials", n)

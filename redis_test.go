@@ -22,9 +22,7 @@ import (
 func redisStandalone(t testing.TB) (*redistest.Server, redis.UniversalClient) {
 	t.Helper()
 	srv := redistest.StartServer(t)
-	client := redistest.NewClient(srv.Addr())
-	t.Cleanup(func() { client.Close() })
-	return srv, client
+	return srv, redistest.Client(t, srv.Addr())
 }
 
 // pipelines counts the pipelines a client sends, the commands in them, and

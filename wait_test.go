@@ -15,42 +15,13 @@ import (
 	"github.com/exactlimit/ratelimit/redisstore"
 )
 
-// sleeper is a WithSleep that sleeps on a fake clock: it records each sleep
-// and advances the clock by it. before, when set, runs first and may end the
-// sleep with an error.
-type sleeper struct {
-	clock  *storetest.Clock
-	mu     sync.Mutex
-	sleeps []time.Duration
-	before func(ctx context.Context) error
-}
-
-func (s *sleeper) sleep(ctx context.Context, d time.Duration) error {
-	if s.before != nil {
-		if err := s.before(ctx); err != nil {
-			return err
-		}
-	}
-	s.mu.Lock()
-	s.sleeps = append(s.sleeps, d)
-	s.mu.Unlock()
-	s.clock.Add(d)
-	return nil
-}
-
-func (s *sleeper) slept() []time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]time.Duration(nil), s.sleeps...)
-}
-
 // newWaiter returns a limiter of limit on a fresh memstore, on a fake clock
 // that its sleeps advance, with the jitter fixed at jitter (nil: random).
-func newWaiter(t *testing.T, limit ratelimit.Limit, jitter func(int64) int64) (*ratelimit.Limiter[string], *sleeper, *storetest.Counting) {
+func newWaiter(t *testing.T, limit ratelimit.Limit, jitter func(int64) int64) (*ratelimit.Limiter[string], *storetest.Sleeper, *storetest.Counting) {
 	t.Helper()
-	s := &sleeper{clock: storetest.NewClock(storetest.Start)}
-	store := &storetest.Counting{Store: memstore.New(memstore.WithClock(s.clock.Now))}
-	l, err := ratelimit.New[string](store, limit, ratelimit.WithClock(s.clock.Now), ratelimit.WithSleep(s.sleep))
+	s := &storetest.Sleeper{Clock: storetest.NewClock(storetest.Start)}
+	store := &storetest.Counting{Store: memstore.New(memstore.WithClock(s.Clock.Now))}
+	l, err := ratelimit.New[string](store, limit, ratelimit.WithClock(s.Clock.Now), ratelimit.WithSleep(s.Sleep))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +78,7 @@ func TestWait(t *testing.T) {
 			if err != nil || !d.Allowed || d.Remaining != tt.remain {
 				t.Fatalf("WaitN = %+v, %v; want allowed with %d remaining", d, err, tt.remain)
 			}
-			if got := s.slept(); !equalDurations(got, tt.sleeps) {
+			if got := s.Slept(); !equalDurations(got, tt.sleeps) {
 				t.Fatalf("slept %v, want %v", got, tt.sleeps)
 			}
 		})
@@ -120,23 +91,23 @@ func TestWaitRetriesWhileAnotherTakesTheToken(t *testing.T) {
 	l.TryAcquire(ctx, "k")
 	// Another client takes the token that refills during the first sleep.
 	first := true
-	s.before = func(context.Context) error {
+	s.Before = func(context.Context) error {
 		if !first {
 			return nil
 		}
 		first = false
-		s.clock.Add(time.Second)
+		s.Clock.Add(time.Second)
 		if d, _ := l.TryAcquire(ctx, "k"); !d.Allowed {
 			t.Error("the other client was denied")
 		}
-		s.clock.Add(-time.Second)
+		s.Clock.Add(-time.Second)
 		return nil
 	}
 	d, err := l.Wait(ctx, "k")
 	if err != nil || !d.Allowed {
 		t.Fatalf("Wait = %+v, %v", d, err)
 	}
-	if got, want := s.slept(), []time.Duration{time.Second, time.Second}; !equalDurations(got, want) {
+	if got, want := s.Slept(), []time.Duration{time.Second, time.Second}; !equalDurations(got, want) {
 		t.Fatalf("slept %v, want %v (a second try after the first was taken)", got, want)
 	}
 	// One spend, one by the other client, and three tries by the waiter.
@@ -187,7 +158,7 @@ func TestWaitEndsWithoutTaking(t *testing.T) {
 			ctx, cancel := tt.ctx()
 			defer cancel()
 			if tt.before != nil {
-				s.before = tt.before(cancel)
+				s.Before = tt.before(cancel)
 			}
 			before := store.Applies.Load()
 			d, err := l.WaitN(ctx, tt.subject, tt.cost)
@@ -197,11 +168,11 @@ func TestWaitEndsWithoutTaking(t *testing.T) {
 			if got := store.Applies.Load() - before; got != tt.calls {
 				t.Fatalf("%d store calls, want %d", got, tt.calls)
 			}
-			if got := s.slept(); len(got) != 0 {
+			if got := s.Slept(); len(got) != 0 {
 				t.Fatalf("slept %v, want no completed sleep", got)
 			}
 			// Nothing was taken: the bucket refills as if no one waited.
-			s.clock.Add(500 * time.Millisecond)
+			s.Clock.Add(500 * time.Millisecond)
 			if d, _ := l.Peek(context.Background(), "k"); !d.Allowed || d.Remaining != 1 {
 				t.Fatalf("after the wait, Peek = %+v; want 1 token (nothing taken)", d)
 			}
@@ -239,7 +210,7 @@ func TestWaitBeyondTheDeadlineAnswersAtOnce(t *testing.T) {
 			defer cancel()
 			before := store.Applies.Load()
 			d, err := l.Wait(ctx, "k")
-			if got := s.slept(); !equalDurations(got, tt.sleeps) {
+			if got := s.Slept(); !equalDurations(got, tt.sleeps) {
 				t.Fatalf("slept %v, want %v", got, tt.sleeps)
 			}
 			if !tt.exceeded {
@@ -260,7 +231,7 @@ func TestWaitBeyondTheDeadlineAnswersAtOnce(t *testing.T) {
 			if got := store.Applies.Load() - before; got != 1 {
 				t.Fatalf("%d store calls, want 1 (one check, then the answer)", got)
 			}
-			s.clock.Add(time.Hour)
+			s.Clock.Add(time.Hour)
 			if d, _ := l.Peek(bg, "k"); !d.Allowed || d.Remaining != 1 {
 				t.Fatalf("an hour later, Peek = %+v; want the token (nothing taken)", d)
 			}
@@ -269,15 +240,15 @@ func TestWaitBeyondTheDeadlineAnswersAtOnce(t *testing.T) {
 }
 
 func TestWaitReturnsAStoreErrorAtOnce(t *testing.T) {
-	s := &sleeper{clock: storetest.NewClock(storetest.Start)}
-	l, err := ratelimit.New[string](storetest.Failing{Err: errors.New("connection refused")}, ratelimit.PerSecond(1), ratelimit.WithSleep(s.sleep))
+	s := &storetest.Sleeper{Clock: storetest.NewClock(storetest.Start)}
+	l, err := ratelimit.New[string](storetest.Failing{Err: errors.New("connection refused")}, ratelimit.PerSecond(1), ratelimit.WithSleep(s.Sleep))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Wait(context.Background(), "k"); err == nil || err.Error() != "connection refused" {
 		t.Fatalf("Wait on a failing store = %v, want its error", err)
 	}
-	if got := s.slept(); len(got) != 0 {
+	if got := s.Slept(); len(got) != 0 {
 		t.Fatalf("slept %v before returning the error, want none", got)
 	}
 }
@@ -294,7 +265,7 @@ func TestWaitJitterSpreadsAFleet(t *testing.T) {
 		if _, err := l.Wait(ctx, "k"); err != nil {
 			t.Fatal(err)
 		}
-		got := s.slept()
+		got := s.Slept()
 		if len(got) != 1 || got[0] < time.Second || got[0] >= time.Second+101*time.Millisecond {
 			t.Fatalf("slept %v, want one sleep in [1s, 1.101s)", got)
 		}
@@ -311,7 +282,7 @@ func TestWaitersTakeNoMoreThanThePolicy(t *testing.T) {
 	// capacity plus the refill of the time that passed.
 	ctx := context.Background()
 	l, s, _ := newWaiter(t, ratelimit.PerSecond(5), nil)
-	start := s.clock.Now()
+	start := s.Clock.Now()
 	const waiters = 20
 	var wg sync.WaitGroup
 	var admitted atomic.Int64
@@ -325,7 +296,7 @@ func TestWaitersTakeNoMoreThanThePolicy(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	elapsed := s.clock.Now().Sub(start)
+	elapsed := s.Clock.Now().Sub(start)
 	if got, most := admitted.Load(), 5+int64(elapsed/(200*time.Millisecond)); got != waiters || got > most {
 		t.Fatalf("admitted %d of %d waiters in %v; at most %d fit the policy", got, waiters, elapsed, most)
 	}
@@ -374,10 +345,10 @@ func TestWaitOnRedis(t *testing.T) {
 	// time) cannot forget a bucket during the test.
 	ctx := context.Background()
 	_, client := redisStandalone(t)
-	s := &sleeper{clock: storetest.NewClock(storetest.Start)}
+	s := &storetest.Sleeper{Clock: storetest.NewClock(storetest.Start)}
 	store := &storetest.Counting{Store: redisstore.New(client)}
 	l, err := ratelimit.New[string](store, ratelimit.PerSecond(4), ratelimit.WithNamespace("wait"),
-		ratelimit.WithClock(s.clock.Now), ratelimit.WithSleep(s.sleep))
+		ratelimit.WithClock(s.Clock.Now), ratelimit.WithSleep(s.Sleep))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +360,7 @@ func TestWaitOnRedis(t *testing.T) {
 	if err != nil || !d.Allowed || d.Remaining != 0 || d.Source != ratelimit.SourceStore {
 		t.Fatalf("WaitN = %+v, %v; want admitted by the store with 0 left", d, err)
 	}
-	if got, want := s.slept(), []time.Duration{500 * time.Millisecond}; !equalDurations(got, want) {
+	if got, want := s.Slept(), []time.Duration{500 * time.Millisecond}; !equalDurations(got, want) {
 		t.Fatalf("slept %v, want %v", got, want)
 	}
 	if got := store.Applies.Load(); got != 3 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
@@ -69,10 +70,7 @@ func TestIsUnreachable(t *testing.T) {
 // connection whose deadline has passed.
 func readTimeoutError(t *testing.T) error {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testkit.Listen(t)
 	defer ln.Close()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {

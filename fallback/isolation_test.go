@@ -45,14 +45,7 @@ func plainClusterSetUp(t *testing.T, replicas int, ns string) (*redistest.Cluste
 	}
 	runProbe(t, s)
 	subjects, master := clusterSubjects(c, lim, 6)
-	for _, subj := range subjects {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		d, err := lim.TryAcquire(ctx, subj)
-		cancel()
-		if err != nil || d.Source != ratelimit.SourceStore {
-			t.Fatalf("warm-up check of %s: %+v, %v", subj, d, err)
-		}
-	}
+	warmUp(t, subjects, lim)
 	return c, s, lim, subjects, master
 }
 
@@ -75,11 +68,7 @@ func TestClusterMasterKilledPlainSetUp(t *testing.T) {
 		t.Run(fmt.Sprint("run ", run), func(t *testing.T) {
 			c, _, lim, subjects, master := plainClusterSetUp(t, 1, "kill")
 			victim := master[subjects[0]]
-			l := startLoad(8, deadline, func(ctx context.Context, w int) (string, ratelimit.Decision, error) {
-				subj := subjects[w%len(subjects)]
-				d, err := lim.TryAcquire(ctx, subj)
-				return subj, d, err
-			})
+			l := startLoad(8, deadline, roundRobin(lim, subjects...))
 			defer l.finish()
 			time.Sleep(200 * time.Millisecond)
 			killAt := time.Now()
@@ -133,11 +122,7 @@ func TestClusterMasterStopped(t *testing.T) {
 	const deadline = 200 * time.Millisecond
 	_, s, lim, subjects, master := plainClusterSetUp(t, 0, "stop")
 	victim := master[subjects[0]]
-	l := startLoad(8, deadline, func(ctx context.Context, w int) (string, ratelimit.Decision, error) {
-		subj := subjects[w%len(subjects)]
-		d, err := lim.TryAcquire(ctx, subj)
-		return subj, d, err
-	})
+	l := startLoad(8, deadline, roundRobin(lim, subjects...))
 	defer l.finish()
 	time.Sleep(300 * time.Millisecond)
 	before := len(l.snapshot())

@@ -121,6 +121,34 @@ type load struct {
 	wg     sync.WaitGroup
 }
 
+// roundRobin is a check for startLoad: worker w takes a token of
+// subjects[w%len(subjects)] from lim.
+func roundRobin(lim *ratelimit.Limiter[string], subjects ...string) func(context.Context, int) (string, ratelimit.Decision, error) {
+	return func(ctx context.Context, w int) (string, ratelimit.Decision, error) {
+		s := subjects[w%len(subjects)]
+		d, err := lim.TryAcquire(ctx, s)
+		return s, d, err
+	}
+}
+
+// warmUp checks every subject once through each limiter, with a generous
+// deadline, and fails the test unless the shared buckets decided: the
+// client learns the cluster state and the command table and opens its
+// connections, so that the first checks under load do not pay for it.
+func warmUp(t *testing.T, subjects []string, lims ...*ratelimit.Limiter[string]) {
+	t.Helper()
+	for _, lim := range lims {
+		for _, s := range subjects {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			d, err := lim.TryAcquire(ctx, s)
+			cancel()
+			if err != nil || d.Source != ratelimit.SourceStore {
+				t.Fatalf("warm-up check of %s: %+v, %v", s, d, err)
+			}
+		}
+	}
+}
+
 // startLoad starts workers goroutines, each calling check in a loop with a
 // context of the given deadline and a pause of a millisecond between calls
 // (so that the checks answered locally, in microseconds, do not starve the

@@ -71,11 +71,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	f := newStandalone(t, policy, nil, WithOutage(LocalFallback), WithFleetShare(4))
 	runProbe(t, f.store)
 	subjects := []string{"s0", "s1", "s2", "s3"}
-	l := startLoad(8, deadline, func(ctx context.Context, w int) (string, ratelimit.Decision, error) {
-		s := subjects[w%len(subjects)]
-		d, err := f.lim.TryAcquire(ctx, s)
-		return s, d, err
-	})
+	l := startLoad(8, deadline, roundRobin(f.lim, subjects...))
 	waitFor(t, 5*time.Second, "checks on the shared store before the kill", func() bool {
 		n := 0
 		for _, e := range l.snapshot() {
@@ -166,11 +162,7 @@ func TestRedisHung(t *testing.T) {
 	const workers = 4
 	f := newStandalone(t, ratelimit.PerMinute(1000), nil, WithOutage(LocalFallback))
 	runProbe(t, f.store)
-	l := startLoad(workers, deadline, func(ctx context.Context, w int) (string, ratelimit.Decision, error) {
-		s := fmt.Sprint("s", w)
-		d, err := f.lim.TryAcquire(ctx, s)
-		return s, d, err
-	})
+	l := startLoad(workers, deadline, roundRobin(f.lim, "s0", "s1", "s2", "s3"))
 	time.Sleep(100 * time.Millisecond)
 	stopAt := time.Now()
 	f.server.Stop()
@@ -305,11 +297,7 @@ func TestProxyDropAndStall(t *testing.T) {
 		return proxy.Addr()
 	}, WithOutage(LocalFallback))
 	runProbe(t, f.store)
-	l := startLoad(workers, deadline, func(ctx context.Context, w int) (string, ratelimit.Decision, error) {
-		s := fmt.Sprint("s", w)
-		d, err := f.lim.TryAcquire(ctx, s)
-		return s, d, err
-	})
+	l := startLoad(workers, deadline, roundRobin(f.lim, "s0", "s1", "s2", "s3"))
 	defer l.finish()
 	for _, fault := range []struct {
 		name   string
@@ -423,16 +411,7 @@ func TestClusterFailover(t *testing.T) {
 	// Warm the client up (cluster state, command table, a connection per
 	// master) with a generous deadline, so that the first checks under
 	// load do not pay for it.
-	for _, lim := range lims {
-		for _, s := range subjects {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			d, err := lim.TryAcquire(ctx, s)
-			cancel()
-			if err != nil || d.Source != ratelimit.SourceStore {
-				t.Fatalf("warm-up check of %s: %+v, %v", s, d, err)
-			}
-		}
-	}
+	warmUp(t, subjects, lims...)
 	// Workers 0-3 check through the LocalFallback store, 4-7 through the
 	// ReturnError one, each on one subject.
 	l := startLoad(8, deadline, func(ctx context.Context, w int) (string, ratelimit.Decision, error) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -144,14 +145,7 @@ func BenchmarkLimiterOverMemstore(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(time.Since(start).Nanoseconds())
-				for pb.Next() {
-					i = (i + 7919) % n
-					lim.TryAcquire(ctx, subjects[i])
-				}
-			})
+			testkit.RunStrided(b, n, func(i int) { lim.TryAcquire(ctx, subjects[i]) })
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,38 +17,6 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/storetest"
 )
-
-// fakeSleep is a WithRetrySleep that records each wait and, when advance is
-// set, moves the server's clock by it instead of sleeping. before, when set,
-// runs first and may end the wait with an error.
-type fakeSleep struct {
-	mu      sync.Mutex
-	waits   []time.Duration
-	clock   *storetest.Clock
-	advance bool
-	before  func(ctx context.Context) error
-}
-
-func (f *fakeSleep) sleep(ctx context.Context, d time.Duration) error {
-	if f.before != nil {
-		if err := f.before(ctx); err != nil {
-			return err
-		}
-	}
-	f.mu.Lock()
-	f.waits = append(f.waits, d)
-	f.mu.Unlock()
-	if f.advance {
-		f.clock.Add(d)
-	}
-	return nil
-}
-
-func (f *fakeSleep) slept() []time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]time.Duration(nil), f.waits...)
-}
 
 func clientInterceptor(t *testing.T, opts ...ClientOption) grpc.UnaryClientInterceptor {
 	t.Helper()
@@ -101,9 +68,12 @@ func TestUnaryClientInterceptor(t *testing.T) {
 				newStore = tt.store
 			}
 			lim := newLimiter(t, newStore(t, clock), clock, "api", ratelimit.PerMinute(1))
-			fs := &fakeSleep{clock: clock, advance: tt.advance}
+			fs := &storetest.Sleeper{}
+			if tt.advance {
+				fs.Clock = clock
+			}
 			client := serve(t, newInterceptor(t, lim),
-				grpc.WithUnaryInterceptor(clientInterceptor(t, append([]ClientOption{WithRetrySleep(fs.sleep), WithMaxRetryDelay(time.Hour)}, tt.opts...)...)))
+				grpc.WithUnaryInterceptor(clientInterceptor(t, append([]ClientOption{WithRetrySleep(fs.Sleep), WithMaxRetryDelay(time.Hour)}, tt.opts...)...)))
 			if tt.store == nil {
 				if _, _, err := check(client, context.Background()); err != nil {
 					t.Fatalf("the call that empties the bucket: %v", err)
@@ -115,13 +85,13 @@ func TestUnaryClientInterceptor(t *testing.T) {
 			}
 			defer cancel()
 			if tt.before != nil {
-				fs.before = tt.before(cancel)
+				fs.Before = tt.before(cancel)
 			}
 			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
 			if got := status.Code(err); got != tt.code {
 				t.Fatalf("Check: %v, want code %v", err, tt.code)
 			}
-			got := fs.slept()
+			got := fs.Slept()
 			if len(got) != len(tt.waits) {
 				t.Fatalf("waited %v, want %v (plus jitter)", got, tt.waits)
 			}
@@ -136,12 +106,12 @@ func TestUnaryClientInterceptor(t *testing.T) {
 
 func TestUnaryClientInterceptorReturnsOtherErrorsAtOnce(t *testing.T) {
 	rec := &recording{}
-	fs := &fakeSleep{}
+	fs := &storetest.Sleeper{}
 	client := serve(t, newInterceptor(t, rec),
-		grpc.WithUnaryInterceptor(clientInterceptor(t, WithRetrySleep(fs.sleep))))
+		grpc.WithUnaryInterceptor(clientInterceptor(t, WithRetrySleep(fs.Sleep))))
 	_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "unknown"})
-	if status.Code(err) != codes.NotFound || len(fs.slept()) != 0 || rec.count() != 1 {
-		t.Fatalf("Check of an unknown service: %v after %d waits and %d checks; want NotFound, no retry", err, len(fs.slept()), rec.count())
+	if status.Code(err) != codes.NotFound || len(fs.Slept()) != 0 || rec.count() != 1 {
+		t.Fatalf("Check of an unknown service: %v after %d waits and %d checks; want NotFound, no retry", err, len(fs.Slept()), rec.count())
 	}
 }
 
@@ -191,8 +161,8 @@ func TestUnaryClientInterceptorCapsRetryInfo(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fs := &fakeSleep{}
-			opts := append([]ClientOption{WithRetrySleep(fs.sleep), WithRetries(1)}, tt.opts...)
+			fs := &storetest.Sleeper{}
+			opts := append([]ClientOption{WithRetrySleep(fs.Sleep), WithRetries(1)}, tt.opts...)
 			client, calls := refusing(t, codes.ResourceExhausted, tt.delay, grpc.WithUnaryInterceptor(clientInterceptor(t, opts...)))
 			ctx, cancel := context.Background(), context.CancelFunc(func() {})
 			if tt.deadline > 0 {
@@ -203,7 +173,7 @@ func TestUnaryClientInterceptorCapsRetryInfo(t *testing.T) {
 			if status.Code(err) != codes.ResourceExhausted {
 				t.Fatalf("Check: %v, want the refusal", err)
 			}
-			waits := fs.slept()
+			waits := fs.Slept()
 			if tt.max == 0 {
 				if len(waits) != 0 || calls.Load() != 1 {
 					t.Fatalf("waited %v over %d calls; want the refusal at once, no wait", waits, calls.Load())

@@ -19,6 +19,7 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/redistest"
 	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/redisstore"
 )
@@ -41,10 +42,7 @@ func serve(t *testing.T, in *Interceptor, dialOpts ...grpc.DialOption) healthpb.
 // serveWith is serve for a server built with srvOpts.
 func serveWith(t *testing.T, srvOpts []grpc.ServerOption, dialOpts ...grpc.DialOption) healthpb.HealthClient {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testkit.Listen(t)
 	srv := grpc.NewServer(srvOpts...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	done := make(chan struct{})
@@ -77,8 +75,7 @@ func stores(t *testing.T) []struct {
 		}},
 		{"redis", func(t *testing.T, _ *storetest.Clock) ratelimit.Store {
 			srv := redistest.StartServer(t)
-			client := redistest.NewClient(srv.Addr())
-			t.Cleanup(func() { client.Close() })
+			client := redistest.Client(t, srv.Addr())
 			return redisstore.New(client)
 		}},
 	}

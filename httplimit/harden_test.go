@@ -3,7 +3,6 @@ package httplimit
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -28,34 +29,15 @@ func (s *countingStore) Apply(ctx context.Context, key string, r ratelimit.Reque
 
 func (s *countingStore) Reset(ctx context.Context, key string) error { return s.st.Reset(ctx, key) }
 
-// serveReal serves h on a real loopback listener and returns its URL.
-func serveReal(t *testing.T, h http.Handler) string {
-	t.Helper()
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
-
+// send sends a request of method to url with the given headers and
+// returns the response and its body.
 func send(t *testing.T, method, url string, hdr ...string) (*http.Response, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return res, string(b)
+	return testkit.Do(t, testkit.Request(t, method, url, nil, hdr...))
 }
 
 func TestLongKeysAreRefused(t *testing.T) {
-	c := &clock{now: t0}
+	c := storetest.NewClock(t0)
 	st := &countingStore{st: memstore.New(memstore.WithClock(c.Now)), keys: map[string]bool{}}
 	lim, err := ratelimit.New[string](st, ratelimit.PerSecond(10), ratelimit.WithClock(c.Now))
 	if err != nil {
@@ -73,7 +55,7 @@ func TestLongKeysAreRefused(t *testing.T) {
 		{"a key function of the caller's", func(r *http.Request) (string, error) { return r.Header.Get("X-API-Key"), nil }, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			url := serveReal(t, newMiddleware(t, lim, c, append([]Option{WithKey(tt.key)}, tt.opts...)...))
+			url := testkit.Serve(t, newMiddleware(t, lim, c, append([]Option{WithKey(tt.key)}, tt.opts...)...))
 			long := strings.Repeat("k", MaxKeyBytes+1)
 			res, body := send(t, "GET", url, "X-API-Key", long, "X-Tenant", "t")
 			if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge || res.Header.Get("X-Handler") != "" {
@@ -128,8 +110,8 @@ func TestChecksAreBounded(t *testing.T) {
 		{"WithTimeout sets the bound, and the error handler gets the deadline", []Option{WithTimeout(20 * time.Millisecond), onError}, 2 * time.Second, 504},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &clock{now: t0}
-			url := serveReal(t, newMiddleware(t, lim, c, tt.opts...))
+			c := storetest.NewClock(t0)
+			url := testkit.Serve(t, newMiddleware(t, lim, c, tt.opts...))
 			start := time.Now()
 			res, body := send(t, "GET", url)
 			if took := time.Since(start); took > tt.max || res.StatusCode != tt.code {
@@ -143,7 +125,7 @@ func TestChecksAreBounded(t *testing.T) {
 			deadline bool
 		}{{0, false}, {time.Hour, true}} {
 			lim := hanging{limits: lim.limits, deadlines: make(chan time.Time, 1)}
-			h := newMiddleware(t, lim, &clock{now: t0}, WithTimeout(tt.timeout))
+			h := newMiddleware(t, lim, storetest.NewClock(t0), WithTimeout(tt.timeout))
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel() // the check ends at once; only its deadline is looked at
 			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx))
@@ -155,10 +137,10 @@ func TestChecksAreBounded(t *testing.T) {
 }
 
 func TestSkip(t *testing.T) {
-	c := &clock{now: t0}
+	c := storetest.NewClock(t0)
 	lim := newLimiter(t, c, ratelimit.PerMinute(1))
 	skip := func(r *http.Request) bool { return r.Method == http.MethodOptions || r.URL.Path == "/healthz" }
-	url := serveReal(t, newMiddleware(t, lim, c, WithSkip(skip)))
+	url := testkit.Serve(t, newMiddleware(t, lim, c, WithSkip(skip)))
 	for i := range 3 {
 		for _, req := range [][2]string{{"OPTIONS", "/items"}, {"GET", "/healthz"}} {
 			res, _ := send(t, req[0], url+req[1])
@@ -179,9 +161,9 @@ func TestSeveralLimitsOneCheck(t *testing.T) {
 	// One middleware over ratelimit.NewMulti checks a route's limits
 	// together: a request denied by one limit spends no token of another,
 	// which two stacked middlewares cannot promise.
-	c := &clock{now: t0}
+	c := storetest.NewClock(t0)
 	lim := newLimiter(t, c, ratelimit.PerSecond(2), ratelimit.PerMinute(5))
-	url := serveReal(t, newMiddleware(t, lim, c))
+	url := testkit.Serve(t, newMiddleware(t, lim, c))
 	allowed := 0
 	for range 3 {
 		for range 6 {
@@ -189,7 +171,7 @@ func TestSeveralLimitsOneCheck(t *testing.T) {
 				allowed++
 			}
 		}
-		c.Advance(time.Second)
+		c.Add(time.Second)
 	}
 	// 2 + 2 + 1: the 5 per minute, untouched by the 13 denials.
 	if allowed != 5 {

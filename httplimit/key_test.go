@@ -12,6 +12,8 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/clientkey"
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/redisstore"
 )
@@ -101,7 +103,7 @@ func TestClientIP(t *testing.T) {
 }
 
 func TestSpoofedForwardedForThroughTheMiddleware(t *testing.T) {
-	c := &clock{now: t0}
+	c := storetest.NewClock(t0)
 	lim := newLimiter(t, c, ratelimit.PerMinute(1))
 	p := TrustedProxies{Prefixes: prefixes("10.0.0.0/8")}
 	h := newMiddleware(t, lim, c, WithKey(p.ClientIP))
@@ -176,7 +178,7 @@ func TestHeaderRouteJoin(t *testing.T) {
 }
 
 func TestIPv6ClientsShareTheirSlash64(t *testing.T) {
-	c := &clock{now: t0}
+	c := storetest.NewClock(t0)
 	h := newMiddleware(t, newLimiter(t, c, ratelimit.PerMinute(1)), c)
 	if w := get(h, "[2001:db8:1:2::1]:1"); w.Code != 200 {
 		t.Fatalf("first address of the /64: %d", w.Code)
@@ -233,10 +235,9 @@ func TestHeaderValuesAreTheirExactBytes(t *testing.T) {
 // The store never holds a credential: the key the store is asked about,
 // and the key Redis holds, for X-API-Key k1 do not contain k1.
 func TestHeaderKeysAreNotStoredAsThemselves(t *testing.T) {
-	c := &clock{now: t0}
+	c := storetest.NewClock(t0)
 	srv := redistest.StartServer(t)
-	client := redistest.NewClient(srv.Addr())
-	t.Cleanup(func() { client.Close() })
+	client := redistest.Client(t, srv.Addr())
 	for _, tt := range []struct {
 		name  string
 		store ratelimit.Store
@@ -255,7 +256,7 @@ func TestHeaderKeysAreNotStoredAsThemselves(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			url := serveReal(t, newMiddleware(t, lim, c, WithKey(Header("X-API-Key"))))
+			url := testkit.Serve(t, newMiddleware(t, lim, c, WithKey(Header("X-API-Key"))))
 			if res, body := send(t, "GET", url, "X-API-Key", "k1"); res.StatusCode != 200 {
 				t.Fatalf("%d %q", res.StatusCode, body)
 			}
@@ -280,7 +281,7 @@ func TestHeaderKeysAreNotStoredAsThemselves(t *testing.T) {
 // a handler registered on it), around the mux, or around a handler in
 // front of the mux it is told of.
 func TestRouteInsideAndAroundTheMux(t *testing.T) {
-	c := &clock{now: t0}
+	c := storetest.NewClock(t0)
 	build := map[string]func(m *Middleware, lim Limiter) http.Handler{
 		"inside the mux": func(m *Middleware, _ Limiter) http.Handler {
 			mux := http.NewServeMux()
@@ -313,7 +314,7 @@ func TestRouteInsideAndAroundTheMux(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			url := serveReal(t, b(m, lim))
+			url := testkit.Serve(t, b(m, lim))
 			for _, tt := range []struct {
 				path string
 				code int

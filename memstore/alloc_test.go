@@ -9,6 +9,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -97,20 +98,13 @@ func TestHeapPerSubject(t *testing.T) {
 	s := memstore.New(memstore.WithClock(func() time.Time { return storetest.Start }))
 	l, _ := ratelimit.New[string](s, ratelimit.PerSecond(1000))
 	ctx := context.Background()
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	before := heap()
+	before := testkit.LiveHeap()
 	var buf []byte
 	for i := range n {
 		buf = strconv.AppendInt(append(buf[:0], "user:"...), int64(100_000+i), 10)
 		l.TryAcquire(ctx, string(buf))
 	}
-	after := heap()
+	after := testkit.LiveHeap()
 	if s.Len() != n {
 		t.Fatalf("%d buckets held, want %d", s.Len(), n)
 	}

@@ -2,12 +2,11 @@ package memstore_test
 
 import (
 	"context"
-	"runtime"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -43,28 +42,18 @@ func BenchmarkManySubjects(b *testing.B) {
 			s := memstore.New()
 			l, _ := ratelimit.New[string](s, bc.limit)
 			ctx := context.Background()
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
+			before := testkit.LiveHeap()
 			for _, sub := range subjects {
 				l.TryAcquire(ctx, sub)
 			}
-			runtime.GC()
-			runtime.ReadMemStats(&after)
+			after := testkit.LiveHeap()
 			if bc.name == "live" && s.Len() != n {
 				b.Fatalf("store holds %d buckets, want %d", s.Len(), n)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-B/subject")
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(time.Since(start).Nanoseconds()) // a different start per goroutine
-				for pb.Next() {
-					i = (i + 7919) % n
-					l.TryAcquire(ctx, subjects[i])
-				}
-			})
+			b.ReportMetric(float64(after-before)/n, "heap-B/subject")
+			testkit.RunStrided(b, n, func(i int) { l.TryAcquire(ctx, subjects[i]) })
 		})
 	}
 }
@@ -88,14 +77,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(time.Since(start).Nanoseconds())
-				for pb.Next() {
-					i = (i + 7919) % n
-					limiters[i].TryAcquire(ctx, "user")
-				}
-			})
+			testkit.RunStrided(b, n, func(i int) { limiters[i].TryAcquire(ctx, "user") })
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // fill checks one subject in each of n namespaces, under one of p policies
@@ -41,27 +42,19 @@ func (s *Store) held() (spaces, refs, policies int) {
 	return spaces, refs, policies
 }
 
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
-
 func TestExpiredNamespacesAndPoliciesGiveTheirMemoryBack(t *testing.T) {
 	const namespaces, policies = 100_000, 10_000
 	clock := storetest.NewClock(storetest.Start)
 	s := New(WithClock(clock.Now))
-	before := liveHeap()
+	before := testkit.LiveHeap()
 	fill(t, s, namespaces, policies)
-	full := liveHeap()
+	full := testkit.LiveHeap()
 	if spaces, _, pols := s.held(); spaces < namespaces || pols != policies {
 		t.Fatalf("holding %d spaces and %d policies, want at least %d and %d", spaces, pols, namespaces, policies)
 	}
 	clock.Add(2 * time.Second)
 	s.Sweep()
-	after := liveHeap()
+	after := testkit.LiveHeap()
 	if spaces, refs, pols := s.held(); spaces != 0 || refs != 0 || pols != 0 || s.Len() != 0 {
 		t.Fatalf("after Sweep: %d buckets, %d spaces, %d policy references and %d policies held, want none", s.Len(), spaces, refs, pols)
 	}

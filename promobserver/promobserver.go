@@ -83,35 +83,30 @@ func New(opts ...Option) *Observer {
 		opt(&c)
 	}
 	o := &Observer{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimit_decisions_total",
-			Help: "Rate limit checks decided, by namespace, operation, result and what decided them.",
-		}, []string{"namespace", "op", "result", "source"}),
-		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimit_tokens_total",
-			Help: "Tokens asked for by the acquires decided, by namespace and result.",
-		}, []string{"namespace", "result"}),
+		decisions: counter("ratelimit_decisions_total",
+			"Rate limit checks decided, by namespace, operation, result and what decided them.",
+			"namespace", "op", "result", "source"),
+		tokens: counter("ratelimit_tokens_total",
+			"Tokens asked for by the acquires decided, by namespace and result.",
+			"namespace", "result"),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ratelimit_decision_duration_seconds",
 			Help:    "Time from a check's call to its decision, by namespace and what decided it.",
 			Buckets: c.buckets,
 		}, []string{"namespace", "source"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimit_errors_total",
-			Help: "Rate limit checks and resets that returned an error, by namespace, operation and reason.",
-		}, []string{"namespace", "op", "reason"}),
+		errors: counter("ratelimit_errors_total",
+			"Rate limit checks and resets that returned an error, by namespace, operation and reason.",
+			"namespace", "op", "reason"),
 		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ratelimit_primary_up",
 			Help: "1 while a fallback store sends checks to its primary store, 0 while the primary is marked down.",
 		}, []string{"partition"}),
-		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimit_primary_transitions_total",
-			Help: "Changes of a fallback store's primary between up and down, by partition and new state.",
-		}, []string{"partition", "state"}),
-		converted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimit_policy_conversions_total",
-			Help: "Checks that met a bucket another policy wrote and converted it, by namespace: a rolling deploy makes one per bucket; a steady rate means two limiters with different policies share the namespace.",
-		}, []string{"namespace"}),
+		transitions: counter("ratelimit_primary_transitions_total",
+			"Changes of a fallback store's primary between up and down, by partition and new state.",
+			"partition", "state"),
+		converted: counter("ratelimit_policy_conversions_total",
+			"Checks that met a bucket another policy wrote and converted it, by namespace: a rolling deploy makes one per bucket; a steady rate means two limiters with different policies share the namespace.",
+			"namespace"),
 	}
 	o.series.B = obslabel.Builders[prometheus.Counter, prometheus.Observer]{
 		Decision: func(ns, op, result, source string) prometheus.Counter {
@@ -123,26 +118,29 @@ func New(opts ...Option) *Observer {
 	return o
 }
 
+// counter returns a counter vector of the given name, help and labels.
+func counter(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+// vecs returns the Observer's metric vectors, in the order they are
+// described and collected.
+func (o *Observer) vecs() []prometheus.Collector {
+	return []prometheus.Collector{o.decisions, o.tokens, o.duration, o.errors, o.up, o.transitions, o.converted}
+}
+
 // Describe sends the descriptors of every series the Observer exports.
 func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
-	o.decisions.Describe(ch)
-	o.tokens.Describe(ch)
-	o.duration.Describe(ch)
-	o.errors.Describe(ch)
-	o.up.Describe(ch)
-	o.transitions.Describe(ch)
-	o.converted.Describe(ch)
+	for _, v := range o.vecs() {
+		v.Describe(ch)
+	}
 }
 
 // Collect sends the current value of every series.
 func (o *Observer) Collect(ch chan<- prometheus.Metric) {
-	o.decisions.Collect(ch)
-	o.tokens.Collect(ch)
-	o.duration.Collect(ch)
-	o.errors.Collect(ch)
-	o.up.Collect(ch)
-	o.transitions.Collect(ch)
-	o.converted.Collect(ch)
+	for _, v := range o.vecs() {
+		v.Collect(ch)
+	}
 }
 
 // ObserveDecision counts a decision, its tokens and its duration.
@@ -189,37 +187,46 @@ func Reason(err error) string { return obslabel.Reason(err) }
 //
 // The hit rate is rate(hits) / (rate(hits) + rate(misses)).
 func NewDenyCacheCollector(namespace string, stats func() ratelimit.CacheStats) prometheus.Collector {
-	desc := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, nil, prometheus.Labels{"namespace": namespace})
+	series := func(name, help string, kind prometheus.ValueType, value func(ratelimit.CacheStats) float64) cacheSeries {
+		desc := prometheus.NewDesc(name, help, nil, prometheus.Labels{"namespace": namespace})
+		return cacheSeries{desc, kind, value}
 	}
-	return &cacheCollector{
-		stats:     stats,
-		entries:   desc("ratelimit_deny_cache_entries", "Subjects a limiter's denial cache holds a denial for."),
-		capacity:  desc("ratelimit_deny_cache_capacity", "Most subjects a limiter's denial cache holds."),
-		hits:      desc("ratelimit_deny_cache_hits_total", "Checks a limiter's denial cache denied without asking the store."),
-		misses:    desc("ratelimit_deny_cache_misses_total", "Checks a limiter's denial cache passed to the store."),
-		evictions: desc("ratelimit_deny_cache_evictions_total", "Denials a limiter's denial cache dropped early to make room."),
-	}
+	return &cacheCollector{stats: stats, series: []cacheSeries{
+		series("ratelimit_deny_cache_entries", "Subjects a limiter's denial cache holds a denial for.",
+			prometheus.GaugeValue, func(s ratelimit.CacheStats) float64 { return float64(s.Size) }),
+		series("ratelimit_deny_cache_capacity", "Most subjects a limiter's denial cache holds.",
+			prometheus.GaugeValue, func(s ratelimit.CacheStats) float64 { return float64(s.Capacity) }),
+		series("ratelimit_deny_cache_hits_total", "Checks a limiter's denial cache denied without asking the store.",
+			prometheus.CounterValue, func(s ratelimit.CacheStats) float64 { return float64(s.Hits) }),
+		series("ratelimit_deny_cache_misses_total", "Checks a limiter's denial cache passed to the store.",
+			prometheus.CounterValue, func(s ratelimit.CacheStats) float64 { return float64(s.Misses) }),
+		series("ratelimit_deny_cache_evictions_total", "Denials a limiter's denial cache dropped early to make room.",
+			prometheus.CounterValue, func(s ratelimit.CacheStats) float64 { return float64(s.Evictions) }),
+	}}
+}
+
+// cacheSeries is one series of the denial cache collector: its descriptor,
+// its kind and how to read its value from the cache's stats.
+type cacheSeries struct {
+	desc  *prometheus.Desc
+	kind  prometheus.ValueType
+	value func(ratelimit.CacheStats) float64
 }
 
 type cacheCollector struct {
-	stats                                      func() ratelimit.CacheStats
-	entries, capacity, hits, misses, evictions *prometheus.Desc
+	stats  func() ratelimit.CacheStats
+	series []cacheSeries
 }
 
 func (c *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.entries
-	ch <- c.capacity
-	ch <- c.hits
-	ch <- c.misses
-	ch <- c.evictions
+	for _, s := range c.series {
+		ch <- s.desc
+	}
 }
 
 func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.stats()
-	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(s.Size))
-	ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(s.Capacity))
-	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(s.Hits))
-	ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(s.Misses))
-	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(s.Evictions))
+	stats := c.stats()
+	for _, s := range c.series {
+		ch <- prometheus.MustNewConstMetric(s.desc, s.kind, s.value(stats))
+	}
 }

@@ -7,8 +7,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/exactlimit/ratelimit/internal/redistest"
 	"github.com/exactlimit/ratelimit/internal/script"
 	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/redisstore"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 	"github.com/redis/go-redis/v9"
@@ -70,25 +69,12 @@ func TestCoalescingSendsConcurrentChecksTogether(t *testing.T) {
 	ctx := context.Background()
 	client, hook := hookedClient(t, srv)
 	l, _ := ratelimit.NewEncoded(redisstore.New(client), strconv.Itoa, []ratelimit.Limit{ratelimit.PerHour(300)}, ratelimit.WithClock(func() time.Time { return storetest.Start }))
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
 	const workers, each = 32, 40
-	for w := range workers {
-		wg.Go(func() {
-			for i := range each {
-				d, err := l.TryAcquire(ctx, (w*each+i)%3) // three hot subjects
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Allowed {
-					admitted.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if got := admitted.Load(); got != 3*300 {
+	admitted := testkit.Concurrently(t, workers, each, func(w, i int) (bool, error) {
+		d, err := l.TryAcquire(ctx, (w*each+i)%3) // three hot subjects
+		return d.Allowed, err
+	})
+	if got := admitted; got != 3*300 {
 		t.Fatalf("admitted %d of %d checks on 3 subjects of 300, want exactly 900", got, workers*each)
 	}
 	hook.mu.Lock()

@@ -80,6 +80,32 @@ func faultyStore(t *testing.T, h *faultHook, opts ...redisstore.Option) (*rediss
 	return store, l
 }
 
+// holdCheck starts a check of the subject whose command h holds back and
+// returns once h holds it; the channel receives the check's error.
+func holdCheck(ctx context.Context, h *faultHook, l *ratelimit.Limiter[string]) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.TryAcquire(ctx, h.delayKey)
+		done <- err
+	}()
+	<-h.started
+	return done
+}
+
+// wantAllowed makes 5 checks of subject, each with a deadline of 2 s, and
+// fails the test unless every one is allowed.
+func wantAllowed(t *testing.T, l *ratelimit.Limiter[string], subject, after string) {
+	t.Helper()
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		d, err := l.TryAcquire(ctx, subject)
+		cancel()
+		if err != nil || !d.Allowed {
+			t.Fatalf("check %d after %s: %+v, %v", i, after, d, err)
+		}
+	}
+}
+
 // TestASlowCommandDelaysNoOtherSubject: one subject's command is held back
 // 1.5 s; checks of another subject with 200 ms deadlines, sent meanwhile,
 // all succeed, and quickly: they go out on other lanes.
@@ -90,12 +116,7 @@ func TestASlowCommandDelaysNoOtherSubject(t *testing.T) {
 	if _, err := l.TryAcquire(ctx, "warm"); err != nil {
 		t.Fatal(err)
 	}
-	slowDone := make(chan error, 1)
-	go func() {
-		_, err := l.TryAcquire(ctx, "slow-subject")
-		slowDone <- err
-	}()
-	<-h.started
+	slowDone := holdCheck(ctx, h, l)
 	var wg sync.WaitGroup
 	var failed atomic.Int32
 	var slowest atomic.Int64
@@ -136,24 +157,12 @@ func TestAPanicLeavesTheStoreWorking(t *testing.T) {
 		}()
 		l.TryAcquire(ctx, "a")
 	}()
-	for i := range 5 {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		d, err := l.TryAcquire(cctx, "a")
-		cancel()
-		if err != nil || !d.Allowed {
-			t.Fatalf("check %d after a panic: %+v, %v", i, d, err)
-		}
-	}
+	wantAllowed(t, l, "a", "a panic")
 	// A panic in a batch: the one lane is held by a slow check while 16
 	// others queue, so they go out together in one pipeline, whose hook
 	// panics; the batch's callers get an error, the process lives on.
 	h.panicOnce.Store(2)
-	held := make(chan error, 1)
-	go func() {
-		_, err := l.TryAcquire(ctx, "hold-the-lane")
-		held <- err
-	}()
-	<-h.started
+	held := holdCheck(ctx, h, l)
 	var wg sync.WaitGroup
 	var errs atomic.Int32
 	for range 16 {
@@ -172,14 +181,7 @@ func TestAPanicLeavesTheStoreWorking(t *testing.T) {
 	if h.panicOnce.Load() != 0 || errs.Load() == 0 {
 		t.Errorf("the batch's panic was not reached (%d of 16 checks got an error)", errs.Load())
 	}
-	for i := range 5 {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		d, err := l.TryAcquire(cctx, "c")
-		cancel()
-		if err != nil || !d.Allowed {
-			t.Fatalf("check %d after a panic in a batch: %+v, %v", i, d, err)
-		}
-	}
+	wantAllowed(t, l, "c", "a panic in a batch")
 }
 
 // TestBatchesKeepTheirCallersContextValues: a coalesced pipeline runs with
@@ -188,8 +190,7 @@ func TestBatchesKeepTheirCallersContextValues(t *testing.T) {
 	h := &faultHook{delayKey: "hold-the-lane", delay: 300 * time.Millisecond, started: make(chan struct{})}
 	_, l := faultyStore(t, h, redisstore.WithLanes(1))
 	// The one lane is held while the checks queue: they go out together.
-	go l.TryAcquire(context.Background(), "hold-the-lane")
-	<-h.started
+	holdCheck(context.Background(), h, l)
 	var wg sync.WaitGroup
 	for i := range 64 {
 		wg.Go(func() {
@@ -217,8 +218,7 @@ func TestACallerThatGivesUpInTheQueueConsumesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go l.TryAcquire(context.Background(), "hold")
-	<-h.started
+	holdCheck(context.Background(), h, l)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	_, err = one.TryAcquire(ctx, "s")
 	cancel()

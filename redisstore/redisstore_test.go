@@ -27,9 +27,7 @@ import (
 func standalone(t testing.TB) (*redistest.Server, redis.UniversalClient) {
 	t.Helper()
 	srv := redistest.StartServer(t)
-	client := redistest.NewClient(srv.Addr())
-	t.Cleanup(func() { client.Close() })
-	return srv, client
+	return srv, redistest.Client(t, srv.Addr())
 }
 
 func TestSuiteStandalone(t *testing.T) {
@@ -319,8 +317,7 @@ func commandCalls(t *testing.T, c redis.UniversalClient, cmd string) int {
 // that records what it sends from then on.
 func hookedClient(t *testing.T, srv *redistest.Server) (redis.UniversalClient, *sent) {
 	t.Helper()
-	client := redistest.NewClient(srv.Addr())
-	t.Cleanup(func() { client.Close() })
+	client := redistest.Client(t, srv.Addr())
 	if err := client.Ping(context.Background()).Err(); err != nil { // open the connection first
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"regexp"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 var grpcRE = regexp.MustCompile(` grpc=(\S+)`)
@@ -29,9 +29,7 @@ descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 100}
 `
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteFile(t, path, cfg)
 	return path
 }
 
@@ -101,10 +99,6 @@ func TestServeEnvoyTwoProcessesOneRedis(t *testing.T) {
 
 func TestServeEnvoyTwoProcessesCluster(t *testing.T) {
 	t.Parallel()
-	c := redistest.StartCluster(t, 3, 0)
-	var args []string
-	for _, a := range c.Addrs() {
-		args = append(args, "--redis", "redis://"+a)
-	}
+	_, args := startCluster(t, 3, 0)
 	twoProcessesShareBuckets(t, args)
 }

@@ -2,9 +2,7 @@ package main_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // binary is the ratelimit command, built once for the package's tests.
@@ -391,20 +390,7 @@ func TestServeUpstream(t *testing.T) {
 // status.
 func run(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return stdout.String(), stderr.String(), code
+	return runEnv(t, nil, args...)
 }
 
 func TestCommandLineErrors(t *testing.T) {
@@ -457,9 +443,7 @@ func perMinute(t *testing.T, n ...int) string {
 		rate = n[0]
 	}
 	doc := fmt.Sprintf("namespaces:\n  - name: default\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", rate)
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteFile(t, path, doc)
 	return path
 }
 
@@ -530,13 +514,21 @@ func TestServeRedis(t *testing.T) {
 	p.stop(t)
 }
 
-func TestServeRedisCluster(t *testing.T) {
-	t.Parallel()
-	c := redistest.StartCluster(t, 3, 0)
+// startCluster starts a Redis Cluster of masters masters with replicas
+// replicas each and returns it with the --redis flags naming every node.
+func startCluster(t *testing.T, masters, replicas int) (*redistest.Cluster, []string) {
+	t.Helper()
+	c := redistest.StartCluster(t, masters, replicas)
 	var args []string
 	for _, a := range c.Addrs() {
 		args = append(args, "--redis", "redis://"+a)
 	}
+	return c, args
+}
+
+func TestServeRedisCluster(t *testing.T) {
+	t.Parallel()
+	c, args := startCluster(t, 3, 0)
 	cfg := perMinute(t)
 	p := serve(t, nil, append(args, "--config", cfg)...)
 	if !strings.Contains(p.Log(), "store=\"redis cluster ") {
@@ -564,11 +556,7 @@ func TestServeRedisCluster(t *testing.T) {
 
 func TestServeRedisClusterFailover(t *testing.T) {
 	t.Parallel()
-	c := redistest.StartCluster(t, 3, 1)
-	var args []string
-	for _, a := range c.Addrs() {
-		args = append(args, "--redis", "redis://"+a)
-	}
+	c, args := startCluster(t, 3, 1)
 	args = append(args, "--outage", "local-fallback", "--timeout", "300ms", "--config", perMinute(t, 100000))
 	p := serve(t, nil, args...)
 	victim := c.Masters()[0]

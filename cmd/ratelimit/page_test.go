@@ -262,11 +262,7 @@ func TestOperatorPageOnAdminListen(t *testing.T) {
 // others stay up.
 func TestStatsCluster(t *testing.T) {
 	t.Parallel()
-	c := redistest.StartCluster(t, 3, 0)
-	var args []string
-	for _, a := range c.Addrs() {
-		args = append(args, "--redis", "redis://"+a)
-	}
+	c, args := startCluster(t, 3, 0)
 	p := serve(t, nil, append(args, "--outage", "local-fallback", "--timeout", "300ms")...)
 	post(t, p.addr, "/v1/acquire", `{"subject":"first"}`) // the client learns the layout
 

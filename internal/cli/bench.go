@@ -42,11 +42,16 @@ func (f *loadFlags) register(fs *flagSet, concurrency, subjects int, inFlight, d
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run")
 }
 
-// check refuses positional arguments and values out of range.
-func (f *loadFlags) check(cmd string, pos []string) error {
+// parse parses args into fs, which holds these flags, and refuses
+// positional arguments and values out of range.
+func (f *loadFlags) parse(fs *flagSet, args []string) error {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
 	switch {
 	case len(pos) > 0:
-		return usagef("unexpected argument %q (%s takes only flags)", pos[0], cmd)
+		return usagef("unexpected argument %q (%s takes only flags)", pos[0], fs.Name())
 	case f.concurrency < 1 || f.concurrency > 100_000:
 		return usagef("--concurrency must be between 1 and 100000 (got %d)", f.concurrency)
 	case f.subjects < 1 || f.subjects > 100_000_000:
@@ -84,11 +89,7 @@ func runBench(ctx context.Context, env Env, args []string) error {
 	fs.Int64Var(&f.cost, "cost", 1, "tokens each check takes")
 	fs.StringVar(&f.namespace, "namespace", "bench", "namespace of the buckets")
 	fs.StringVar(&f.progress, "progress", "auto", "live progress on stderr: auto (when it is a terminal), on or off")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := f.load.check("bench", pos); err != nil {
+	if err := f.load.parse(fs, args); err != nil {
 		return err
 	}
 	if f.progress != "auto" && f.progress != "on" && f.progress != "off" {
@@ -125,26 +126,66 @@ func runBench(ctx context.Context, env Env, args []string) error {
 		st.name, f.load.concurrency, f.load.subjects, limit, f.cost, f.load.duration)
 	res := bench(runCtx, lim, f, showProgress, env.Stderr)
 	res.report(env.Stdout, f.load.subjects)
-	if res.errors > 0 && res.allowed+res.denied == 0 {
+	if res.errors > 0 && res.passed+res.refused == 0 {
 		return fmt.Errorf("every check failed; the first error: %v", res.firstErr)
 	}
 	return nil
 }
 
-// worker holds one goroutine's counts, padded to its own cache lines.
+// worker holds one load goroutine's counts, padded to its own cache lines:
+// the calls that passed (allowed, or OK) and the ones refused (denied, or
+// OVER_LIMIT), with their latencies, and the errors.
 type worker struct {
-	allowed, denied, errors atomic.Int64
+	passed, refused, errors atomic.Int64
 	hist                    histogram
 	firstErr                error
 	_                       [64]byte
 }
 
-type benchResult struct {
-	allowed, denied, errors int64
+// decided counts a call answered after lat.
+func (w *worker) decided(passed bool, lat time.Duration) {
+	if passed {
+		w.passed.Add(1)
+	} else {
+		w.refused.Add(1)
+	}
+	w.hist.record(lat)
+}
+
+// failed counts a call that failed with err, and keeps the first error.
+func (w *worker) failed(err error) {
+	if w.errors.Add(1) == 1 {
+		w.firstErr = err
+	}
+}
+
+// loadResult is the sum of the workers' counts over a run of elapsed.
+type loadResult struct {
+	passed, refused, errors int64
 	elapsed                 time.Duration
 	hist                    histogram
-	touched                 int
 	firstErr                error
+}
+
+// sum adds up the workers' counts once they have stopped.
+func sum(workers []worker, elapsed time.Duration) loadResult {
+	res := loadResult{elapsed: elapsed}
+	for i := range workers {
+		w := &workers[i]
+		res.passed += w.passed.Load()
+		res.refused += w.refused.Load()
+		res.errors += w.errors.Load()
+		res.hist.merge(&w.hist)
+		if res.firstErr == nil {
+			res.firstErr = w.firstErr
+		}
+	}
+	return res
+}
+
+type benchResult struct {
+	loadResult
+	touched int
 }
 
 func bench(ctx context.Context, lim *ratelimit.Limiter[string], f benchFlags, progress bool, stderr io.Writer) benchResult {
@@ -174,16 +215,10 @@ func bench(ctx context.Context, lim *ratelimit.Limiter[string], f benchFlags, pr
 					// the store, failed it.
 					return
 				case err != nil:
-					if me.errors.Add(1) == 1 {
-						me.firstErr = err
-					}
+					me.failed(err)
 					continue
-				case d.Allowed:
-					me.allowed.Add(1)
-				default:
-					me.denied.Add(1)
 				}
-				me.hist.record(lat)
+				me.decided(d.Allowed, lat)
 				touched[i/32].Or(1 << (i % 32))
 			}
 		}()
@@ -200,8 +235,8 @@ func bench(ctx context.Context, lim *ratelimit.Limiter[string], f benchFlags, pr
 			case <-tick.C:
 				var a, d, e int64
 				for i := range workers {
-					a += workers[i].allowed.Load()
-					d += workers[i].denied.Load()
+					a += workers[i].passed.Load()
+					d += workers[i].refused.Load()
 					e += workers[i].errors.Load()
 				}
 				el := time.Since(start).Seconds()
@@ -213,17 +248,7 @@ func bench(ctx context.Context, lim *ratelimit.Limiter[string], f benchFlags, pr
 		fmt.Fprint(stderr, "\r\033[K")
 	}
 	<-done
-	res := benchResult{elapsed: time.Since(start)}
-	for i := range workers {
-		w := &workers[i]
-		res.allowed += w.allowed.Load()
-		res.denied += w.denied.Load()
-		res.errors += w.errors.Load()
-		res.hist.merge(&w.hist)
-		if res.firstErr == nil {
-			res.firstErr = w.firstErr
-		}
-	}
+	res := benchResult{loadResult: sum(workers, time.Since(start))}
 	for i := range touched {
 		res.touched += bits.OnesCount32(touched[i].Load())
 	}
@@ -231,9 +256,9 @@ func bench(ctx context.Context, lim *ratelimit.Limiter[string], f benchFlags, pr
 }
 
 func (r benchResult) report(w io.Writer, subjects int) {
-	n := r.allowed + r.denied
+	n := r.passed + r.refused
 	fmt.Fprintf(w, "decisions   %d in %v = %.0f/s\n", n, r.elapsed.Round(time.Millisecond), float64(n)/r.elapsed.Seconds())
-	fmt.Fprintf(w, "allowed     %.1f%% (%d allowed, %d denied)\n", pct(r.allowed, n), r.allowed, r.denied)
+	fmt.Fprintf(w, "allowed     %.1f%% (%d allowed, %d denied)\n", pct(r.passed, n), r.passed, r.refused)
 	fmt.Fprintf(w, "latency     p50 %v  p99 %v  max %v\n", r.hist.quantile(0.50), r.hist.quantile(0.99), r.hist.max())
 	fmt.Fprintf(w, "subjects    %d of %d touched\n", r.touched, subjects)
 	if r.errors > 0 {

@@ -4,14 +4,12 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -20,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // envoyServe runs serve with the Envoy service in this process and returns
@@ -28,15 +27,15 @@ type envoyServe struct {
 	client rlsv3.RateLimitServiceClient
 	conn   *grpc.ClientConn
 	http   string
-	stderr *syncBuffer
+	stderr *testkit.Buffer
 	done   chan int
 }
 
 func startServeEnvoy(t *testing.T, vars map[string]string, args ...string) *envoyServe {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout syncBuffer
-	e := &envoyServe{stderr: &syncBuffer{}, done: make(chan int, 1)}
+	var stdout testkit.Buffer
+	e := &envoyServe{stderr: &testkit.Buffer{}, done: make(chan int, 1)}
 	env := Env{Stdout: &stdout, Stderr: e.stderr, Getenv: func(k string) string { return vars[k] }}
 	go func() {
 		e.done <- Main(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"}, args...), env)
@@ -52,7 +51,10 @@ func startServeEnvoy(t *testing.T, vars map[string]string, args ...string) *envo
 		conn.Close()
 		cancel()
 		select {
-		case <-e.done:
+		case code := <-e.done:
+			if code != 0 {
+				t.Errorf("serve exited %d: %s", code, e.stderr.String())
+			}
 		case <-time.After(10 * time.Second):
 			t.Error("serve did not stop")
 		}
@@ -62,16 +64,13 @@ func startServeEnvoy(t *testing.T, vars map[string]string, args ...string) *envo
 
 func (e *envoyServe) ask(t *testing.T, ip string) (*rlsv3.RateLimitResponse, error) {
 	t.Helper()
-	return e.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{
-		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip}}},
-	}})
+	return askEdge(context.Background(), e.conn, ip)
 }
 
+// writeEnvoyConfig writes envoyTestConfig with rpu requests a minute to path.
 func writeEnvoyConfig(t *testing.T, path string, rpu string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(envoyTestConfig, "%d", rpu)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteFile(t, path, strings.ReplaceAll(envoyTestConfig, "%d", rpu))
 }
 
 // TestServeEnvoyLikeThePeer: the health service "ratelimit", POST /json and
@@ -171,9 +170,7 @@ func TestServeEnvoyPeerSettings(t *testing.T) {
 		"b.yaml":       "domain: edge\ndescriptors:\n  - {key: b, rate_limit: {unit: second, requests_per_unit: 1}}\n",
 		".hidden.yaml": "not: [yaml",
 	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		testkit.WriteFile(t, filepath.Join(dir, name), content)
 	}
 	for _, tc := range []struct {
 		name string
@@ -189,7 +186,7 @@ func TestServeEnvoyPeerSettings(t *testing.T) {
 		{"a client SAN", map[string]string{"GRPC_CLIENT_TLS_SAN": "envoy"}, 2, "GRPC_CLIENT_TLS_SAN"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr syncBuffer
+			var stdout, stderr testkit.Buffer
 			env := Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return tc.vars[k] }}
 			code := Main(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--envoy-config", dir}, env)
 			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {

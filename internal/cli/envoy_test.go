@@ -12,16 +12,14 @@ import (
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // waitLog waits until re matches stderr, or serve exits, or 5 s pass.
-func waitLog(t *testing.T, stderr *syncBuffer, done <-chan int, re *regexp.Regexp) []string {
+func waitLog(t *testing.T, stderr *testkit.Buffer, done <-chan int, re *regexp.Regexp) []string {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		if m := re.FindStringSubmatch(stderr.String()); m != nil {
@@ -45,42 +43,12 @@ const envoyTestConfig = "domain: edge\ndescriptors:\n  - key: remote_address\n  
 // answers over gRPC, /metrics has its series, SIGHUP reloads the config, and
 // a bad file is refused with a log line naming it while the old config stays.
 func TestServeEnvoy(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "edge.yaml")
-	writeConfig := func(content string) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeConfig(strings.ReplaceAll(envoyTestConfig, "%d", "2"))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr syncBuffer
-	env := Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string {
-		if k == "LIMIT_RESPONSE_HEADERS_ENABLED" {
-			return "true"
-		}
-		return ""
-	}}
-	done := make(chan int, 1)
-	go func() {
-		done <- Main(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--envoy-config", path}, env)
-	}()
-	grpcAddr := waitLog(t, &stderr, done, regexp.MustCompile(`grpc=(\S+)`))[1]
-	httpAddr := waitLog(t, &stderr, done, regexp.MustCompile(`msg=serving addr=(\S+)`))[1]
-
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	writeEnvoyConfig(t, path, "2")
+	e := startServeEnvoy(t, map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}, "--envoy-config", path)
 	ask := func(ip string) *rlsv3.RateLimitResponse {
 		t.Helper()
-		resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{
-			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip}}},
-		}})
+		resp, err := e.ask(t, ip)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,11 +72,11 @@ func TestServeEnvoy(t *testing.T) {
 		t.Error("LIMIT_RESPONSE_HEADERS_ENABLED=true: no headers")
 	}
 
-	writeConfig("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 2, typo: 1}\n")
+	testkit.WriteFile(t, path, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 2, typo: 1}\n")
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	line := waitLog(t, &stderr, done, regexp.MustCompile(`envoy config reload refused.*`))[0]
+	line := waitLog(t, e.stderr, e.done, regexp.MustCompile(`envoy config reload refused.*`))[0]
 	if !strings.Contains(line, path) || !strings.Contains(line, "typo") {
 		t.Errorf("the refusal does not name the file and the field: %s", line)
 	}
@@ -116,16 +84,16 @@ func TestServeEnvoy(t *testing.T) {
 		t.Errorf("after a bad reload, the old 2 a minute: got %s, want ++-", got)
 	}
 
-	writeConfig(strings.ReplaceAll(envoyTestConfig, "%d", "4"))
+	writeEnvoyConfig(t, path, "4")
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitLog(t, &stderr, done, regexp.MustCompile(`msg="envoy config reloaded"`))
+	waitLog(t, e.stderr, e.done, regexp.MustCompile(`msg="envoy config reloaded"`))
 	if got := codes("c", 5); got != "++++-" {
 		t.Errorf("after the reload, 4 a minute: got %s, want ++++-", got)
 	}
 
-	res, err := http.Get("http://" + httpAddr + "/metrics")
+	res, err := http.Get("http://" + e.http + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,22 +109,11 @@ func TestServeEnvoy(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("serve exited %d: %s", code, stderr.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not stop")
-	}
 }
 
 func TestServeEnvoyRefusesABadConfig(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.yaml")
-	if err := os.WriteFile(path, []byte("domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteFile(t, path, "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -168,7 +125,7 @@ func TestServeEnvoyRefusesABadConfig(t *testing.T) {
 		{"a config without a listener", []string{"--envoy-config", path}, 2, "need --grpc-listen"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr syncBuffer
+			var stdout, stderr testkit.Buffer
 			env := Env{Stdout: &stdout, Stderr: &stderr}
 			code := Main(context.Background(), append([]string{"serve", "--listen", "127.0.0.1:0"}, tc.args...), env)
 			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {

@@ -9,7 +9,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -55,11 +54,7 @@ func runEnvoyBench(ctx context.Context, env Env, args []string) error {
 	fs.Int64Var(&f.rate, "rate", 1000, "without --target, the rule's requests_per_unit (unit second)")
 	fs.StringVar(&f.domain, "domain", "bench", "the request's domain")
 	fs.StringVar(&f.key, "key", "subject", "the descriptor's key")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := f.load.check("envoy-bench", pos); err != nil {
+	if err := f.load.parse(fs, args); err != nil {
 		return err
 	}
 	switch {
@@ -96,7 +91,7 @@ func runEnvoyBench(ctx context.Context, env Env, args []string) error {
 	fmt.Fprintf(env.Stdout, "target      %s\nworkload    domain %s, key %s over %d values, %d per call, concurrency %d, %d connections, %v\n",
 		where, f.domain, f.key, f.load.subjects, f.descriptors, f.load.concurrency, f.conns, f.load.duration)
 	res := envoyBench(ctx, f, conns)
-	res.report(env.Stdout)
+	reportCalls(env.Stdout, res)
 	return nil
 }
 
@@ -130,22 +125,10 @@ func startBenchRLS(f envoyBenchFlags) (addr, desc string, stop func(), err error
 // callTimeout bounds one call of envoy-bench.
 const callTimeout = 5 * time.Second
 
-type envoyBenchResult struct {
-	elapsed          time.Duration
-	ok, over, errors int64
-	hist             histogram
-	firstErr         error
-}
-
-func envoyBench(ctx context.Context, f envoyBenchFlags, conns []*grpc.ClientConn) envoyBenchResult {
+func envoyBench(ctx context.Context, f envoyBenchFlags, conns []*grpc.ClientConn) loadResult {
 	descs := make([]*rlv3.RateLimitDescriptor, f.load.subjects)
 	for i := range descs {
 		descs[i] = &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: f.key, Value: "s" + strconv.Itoa(i)}}}
-	}
-	type worker struct {
-		ok, over, errors atomic.Int64
-		hist             histogram
-		firstErr         error
 	}
 	workers := make([]worker, f.load.concurrency)
 	start := time.Now()
@@ -175,38 +158,22 @@ func envoyBench(ctx context.Context, f envoyBenchFlags, conns []*grpc.ClientConn
 				case err != nil && ctx.Err() != nil:
 					return // the run is over
 				case err != nil:
-					if me.errors.Add(1) == 1 {
-						me.firstErr = err
-					}
+					me.failed(err)
 					continue
-				case resp.OverallCode == rlsv3.RateLimitResponse_OK:
-					me.ok.Add(1)
-				default:
-					me.over.Add(1)
 				}
-				me.hist.record(lat)
+				me.decided(resp.OverallCode == rlsv3.RateLimitResponse_OK, lat)
 			}
 		})
 	}
 	wg.Wait()
-	res := envoyBenchResult{elapsed: time.Since(start)}
-	for i := range workers {
-		w := &workers[i]
-		res.ok += w.ok.Load()
-		res.over += w.over.Load()
-		res.errors += w.errors.Load()
-		res.hist.merge(&w.hist)
-		if res.firstErr == nil {
-			res.firstErr = w.firstErr
-		}
-	}
-	return res
+	return sum(workers, time.Since(start))
 }
 
-func (r envoyBenchResult) report(w io.Writer) {
-	n := r.ok + r.over
+// reportCalls prints r as envoy-bench's report.
+func reportCalls(w io.Writer, r loadResult) {
+	n := r.passed + r.refused
 	fmt.Fprintf(w, "calls       %d in %v = %.0f calls/s\n", n, r.elapsed.Round(time.Millisecond), float64(n)/r.elapsed.Seconds())
-	fmt.Fprintf(w, "ok          %.1f%% (%d OK, %d OVER_LIMIT)\n", pct(r.ok, n), r.ok, r.over)
+	fmt.Fprintf(w, "ok          %.1f%% (%d OK, %d OVER_LIMIT)\n", pct(r.passed, n), r.passed, r.refused)
 	fmt.Fprintf(w, "latency     p50 %v  p99 %v  max %v\n", r.hist.quantile(0.50), r.hist.quantile(0.99), r.hist.max())
 	if r.errors > 0 {
 		fmt.Fprintf(w, "errors      %d (first: %v)\n", r.errors, r.firstErr)

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/envoyrls"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -38,7 +38,7 @@ import (
 // built by newGRPCServer from c, at most maxConns connections at once.
 type grpcTestServer struct {
 	addr string
-	logs *syncBuffer
+	logs *testkit.Buffer
 }
 
 func startGRPC(t *testing.T, c grpcServerConfig, store ratelimit.Store, storeTimeout time.Duration, maxConns int) grpcTestServer {
@@ -50,16 +50,13 @@ func startGRPC(t *testing.T, c grpcServerConfig, store ratelimit.Store, storeTim
 	if store == nil {
 		store = memstore.New()
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	svc, err := envoyrls.New(envoyrls.Options{Store: store, Config: cfg, Timeout: storeTimeout, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testkit.Listen(t)
 	srv, err := newGRPCServer(ln.Addr(), c, log)
 	if err != nil {
 		ln.Close()
@@ -213,9 +210,7 @@ func newTestPKI(t *testing.T) testPKI {
 	p := testPKI{dir: dir, caPool: x509.NewCertPool()}
 	write := func(name, typ string, der []byte) string {
 		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		testkit.WriteFile(t, path, string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})))
 		return path
 	}
 	newKey := func() *ecdsa.PrivateKey {
@@ -378,10 +373,8 @@ func TestGRPCTLSFlags(t *testing.T) {
 	p := newTestPKI(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "edge.yaml")
-	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(envoyTestConfig, "%d", "5")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var stdout, stderr syncBuffer
+	writeEnvoyConfig(t, cfg, "5")
+	var stdout, stderr testkit.Buffer
 	env := Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
 	if code := Main(context.Background(), []string{"serve", "--grpc-tls-cert", p.serverCert, "--grpc-tls-key", p.serverKey}, env); code != 2 ||
 		!strings.Contains(stderr.String(), "--grpc-tls-cert applies only with --grpc-listen") {
@@ -402,7 +395,7 @@ func serveMutualTLS(t *testing.T, p testPKI, env Env, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var serveLog syncBuffer
+	var serveLog testkit.Buffer
 	env.Stderr = &serveLog
 	done := make(chan int, 1)
 	go func() {
@@ -430,12 +423,10 @@ func serveMutualTLS(t *testing.T, p testPKI, env Env, args ...string) string {
 func TestGRPCTLSFromThePeersSettings(t *testing.T) {
 	p := newTestPKI(t)
 	cfg := filepath.Join(t.TempDir(), "edge.yaml")
-	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(envoyTestConfig, "%d", "5")), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeEnvoyConfig(t, cfg, "5")
 	settings := map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.serverCert,
 		"GRPC_SERVER_TLS_KEY": p.serverKey, "GRPC_CLIENT_TLS_CACERT": p.clientCA}
-	var stdout syncBuffer
+	var stdout testkit.Buffer
 	env := Env{Stdout: &stdout, Getenv: func(k string) string { return settings[k] }}
 	serveMutualTLS(t, p, env, "--envoy-config", cfg)
 }

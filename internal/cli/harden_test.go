@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit/fallback"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 func TestOutageLogsKeepSubjectsOut(t *testing.T) {
@@ -82,10 +83,7 @@ func TestFlagsFromEnvironment(t *testing.T) {
 }
 
 func TestLimitListenerClosesWhileFull(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testkit.Listen(t)
 	l := limitConns(ln, 1)
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {

@@ -8,27 +8,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
-
-// syncBuffer is a goroutine-safe strings.Builder.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // TestServeInProcess runs serve in this process, so that the race detector
 // sees its wiring, and ends it by cancelling its context as a signal would.
 func TestServeInProcess(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.Buffer
 	env := Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
 	done := make(chan int, 1)
 	go func() { done <- Main(ctx, []string{"serve", "--listen", "127.0.0.1:0"}, env) }()

@@ -174,55 +174,44 @@ func parseCurl(command string) (curl, error) {
 		return c, fmt.Errorf("not a curl command")
 	}
 	for i := 1; i < len(ws); i++ {
-		arg := func() (string, error) {
+		opt, v := ws[i], "" // v: the value of an option that takes one
+		switch opt {
+		case "-X", "-H", "-d", "-o", "-w":
 			if i+1 >= len(ws) {
-				return "", fmt.Errorf("%s needs a value", ws[i])
+				return c, fmt.Errorf("%s needs a value", opt)
 			}
 			i++
-			return ws[i], nil
+			v = ws[i]
 		}
-		var v string
-		switch ws[i] {
+		switch opt {
 		case "-s":
 		case "-si", "-is", "-i":
 			c.include = true
 		case "-X":
-			if c.method, err = arg(); err != nil {
-				return c, err
-			}
+			c.method = v
 		case "-H":
-			if v, err = arg(); err != nil {
-				return c, err
-			}
 			name, value, ok := strings.Cut(v, ":")
 			if !ok {
 				return c, fmt.Errorf("-H %q: no colon", v)
 			}
 			c.headers.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 		case "-d":
-			if c.data, err = arg(); err != nil {
-				return c, err
-			}
+			c.data = v
 		case "-o":
-			if v, err = arg(); err != nil {
-				return c, err
-			}
 			if v != "/dev/null" {
 				return c, fmt.Errorf("-o %s: only /dev/null", v)
 			}
 			c.discardBody = true
 		case "-w":
-			if c.format, err = arg(); err != nil {
-				return c, err
-			}
+			c.format = v
 			if strings.ReplaceAll(c.format, "%{http_code}", "") != " " {
 				return c, fmt.Errorf("-w %q: only \"%%{http_code} \"", c.format)
 			}
 		default:
-			if strings.HasPrefix(ws[i], "-") || c.url != "" {
-				return c, fmt.Errorf("curl option %q is not known to the test", ws[i])
+			if strings.HasPrefix(opt, "-") || c.url != "" {
+				return c, fmt.Errorf("curl option %q is not known to the test", opt)
 			}
-			c.url = ws[i]
+			c.url = opt
 		}
 	}
 	if c.url == "" {

@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // root is the repository's root, from this package's directory.
@@ -256,12 +258,7 @@ func TestDocSnippetsCompile(t *testing.T) {
 		"\nrequire github.com/exactlimit/ratelimit v0.0.0\n\nreplace github.com/exactlimit/ratelimit => " + abs + "\n"
 	write := func(name, text string) {
 		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testkit.WriteFile(t, filepath.Join(dir, name), text)
 	}
 	write("go.mod", gomod)
 	write("go.sum", string(sum))

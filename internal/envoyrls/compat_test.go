@@ -34,6 +34,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/redisstore"
 )
 
@@ -274,10 +275,7 @@ func headers(r *rlsv3.RateLimitResponse) map[string]string {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testkit.Listen(t)
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }
@@ -342,8 +340,7 @@ func startOurs(t *testing.T, dir string, settings map[string]string) rlsv3.RateL
 		t.Fatal(err)
 	}
 	srv := redistest.StartServer(t)
-	client := redistest.NewClient(srv.Addr())
-	t.Cleanup(func() { client.Close() })
+	client := redistest.Client(t, srv.Addr())
 	svc, err := New(Options{
 		Store: redisstore.New(client), Config: cfg, Load: load,
 		Headers:    HeadersFromEnv(func(k string) string { return settings[k] }),
@@ -386,7 +383,7 @@ func TestCompat(t *testing.T) {
 			}
 			mine = append(mine, c)
 			for name, content := range c.files {
-				writeFile(t, filepath.Join(dir, name), content)
+				testkit.WriteFile(t, filepath.Join(dir, name), content)
 			}
 		}
 		if len(mine) == 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // readmeExamples are the configurations of envoyproxy/ratelimit's README
@@ -294,12 +295,7 @@ func TestLoadConfigDirectory(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) {
 		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		testkit.WriteFile(t, filepath.Join(dir, name), content)
 	}
 	rule := func(domain string) string {
 		return "domain: " + domain + "\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 1}}\n"

@@ -80,9 +80,7 @@ func TestGlobalShadowMode(t *testing.T) {
 	f := serveWith(t, Options{ShadowMode: true, Headers: Headers{Enabled: true}})
 	f.ask(t, 0, desc("one=a"))
 	r := f.ask(t, 0, desc("one=a"), desc("three=a"))
-	if r.OverallCode != ok {
-		t.Fatalf("SHADOW_MODE: got %v, want OK", r.OverallCode)
-	}
+	wantOverall(t, "SHADOW_MODE", r, ok)
 	wantStatus(t, "the status still says over", r.Statuses[0], over, 0, 1)
 	wantStatus(t, "the other is counted", r.Statuses[1], ok, 2, 3)
 	if got := testutil.ToFloat64(f.metrics.globalShadowN); got != 1 {
@@ -113,9 +111,7 @@ func TestStatusesCountedInTurn(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := f.ask(t, uint32(tc.hits), tc.ds...)
-			if r.OverallCode != tc.code {
-				t.Fatalf("overall %v, want %v", r.OverallCode, tc.code)
-			}
+			wantOverall(t, "the request", r, tc.code)
 			for i, st := range r.Statuses {
 				if st.Code != tc.want[i] || st.LimitRemaining != tc.left[i] {
 					t.Errorf("status %d: %v remaining %d, want %v remaining %d", i, st.Code, st.LimitRemaining, tc.want[i], tc.left[i])
@@ -138,9 +134,7 @@ func TestStatusesCountedInTurn(t *testing.T) {
 			f.ask(t, 0, desc("three=g"))
 		}
 		r := f.ask(t, 0, hitsOf(desc("three=g"), 0), desc("one=g"))
-		if r.OverallCode != ok {
-			t.Fatalf("got %v, want OK: a look denies nothing", r.OverallCode)
-		}
+		wantOverall(t, "a look denies nothing", r, ok)
 		wantStatus(t, "the look", r.Statuses[0], ok, 0, 3)
 		wantStatus(t, "the other, charged", r.Statuses[1], ok, 0, 1)
 	})

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -107,7 +108,7 @@ func TestRoundedRatesAreLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log syncBuffer
+	var log testkit.Buffer
 	if _, err := New(Options{Store: memstore.New(), Config: cfg, Logger: slog.New(slog.NewTextHandler(&log, nil))}); err != nil {
 		t.Fatal(err)
 	}

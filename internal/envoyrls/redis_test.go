@@ -62,8 +62,7 @@ func prefixedStores(store ratelimit.Store) func(*testing.T) ratelimit.Store {
 
 func TestShouldRateLimitRedis(t *testing.T) {
 	srv := redistest.StartServer(t)
-	client := redistest.NewClient(srv.Addr())
-	t.Cleanup(func() { client.Close() })
+	client := redistest.Client(t, srv.Addr())
 	endToEnd(t, prefixedStores(redisstore.New(client)))
 }
 
@@ -81,8 +80,7 @@ func TestTwoServicesShareBuckets(t *testing.T) {
 	srv := redistest.StartServer(t)
 	var fs []*fixture
 	for range 2 {
-		client := redistest.NewClient(srv.Addr())
-		t.Cleanup(func() { client.Close() })
+		client := redistest.Client(t, srv.Addr())
 		fs = append(fs, serve(t, redisstore.New(client), e2eConfig, Headers{}))
 	}
 	allowed := 0
@@ -106,8 +104,7 @@ func TestTwoServicesShareBuckets(t *testing.T) {
 // UNAVAILABLE, for Envoy's failure_mode_deny to decide.
 func TestOutageBehaviours(t *testing.T) {
 	srv := redistest.StartServer(t)
-	client := redistest.NewClient(srv.Addr())
-	t.Cleanup(func() { client.Close() })
+	client := redistest.Client(t, srv.Addr())
 	srv.Kill()
 	for _, tc := range []struct {
 		outage fallback.Outage
@@ -151,8 +148,7 @@ func TestOutageBehaviours(t *testing.T) {
 // one admits.
 func TestRedisConcurrentAllOrNothing(t *testing.T) {
 	srv := redistest.StartServer(t)
-	client := redistest.NewClient(srv.Addr())
-	t.Cleanup(func() { client.Close() })
+	client := redistest.Client(t, srv.Addr())
 	concurrentAllOrNothing(t, redisstore.New(client))
 }
 
@@ -189,9 +185,7 @@ func TestClusterAllOrNothingAcrossSlots(t *testing.T) {
 		f.ask(t, 0, desc("message_type=marketing", "to_number=slots"))
 	}
 	r := f.ask(t, 0, desc("message_type=marketing", "to_number=slots"), desc("to_number=slots"))
-	if r.OverallCode != over {
-		t.Fatalf("got %v, want OVER_LIMIT", r.OverallCode)
-	}
+	wantOverall(t, "the request", r, over)
 	last := s.keys[len(s.keys)-1]
 	if len(last) != 2 || redistest.SlotOf(last[0]) == redistest.SlotOf(last[1]) {
 		t.Fatalf("the two buckets %q share a slot: the test does not cross slots", last)
@@ -227,8 +221,7 @@ func (s *scripts) count(c redis.Cmder) {
 // serve builds it, a request of three descriptors is one script call.
 func TestOneScriptCallPerRequest(t *testing.T) {
 	srv := redistest.StartServer(t)
-	client := redistest.NewClient(srv.Addr())
-	t.Cleanup(func() { client.Close() })
+	client := redistest.Client(t, srv.Addr())
 	var sc scripts
 	client.AddHook(&sc)
 	fb, err := fallback.New(redisstore.New(client), fallback.WithOutage(fallback.FailClosed))
@@ -239,9 +232,7 @@ func TestOneScriptCallPerRequest(t *testing.T) {
 	f.ask(t, 0, desc("remote_address=warm")) // loads the script
 	before := sc.n.Load()
 	r := f.ask(t, 0, desc("remote_address=one"), desc("to_number=one"), desc("burst_key=one"))
-	if r.OverallCode != ok {
-		t.Fatalf("got %v", r.OverallCode)
-	}
+	wantOverall(t, "the request", r, ok)
 	if got := sc.n.Load() - before; got != 1 {
 		t.Errorf("three descriptors: %d script calls, want 1", got)
 	}
@@ -253,8 +244,7 @@ func TestOneScriptCallPerRequest(t *testing.T) {
 func TestHungRedisCostsOneTimeout(t *testing.T) {
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
-	client := redistest.NewClient(proxy.Addr())
-	t.Cleanup(func() { client.Close() })
+	client := redistest.Client(t, proxy.Addr())
 	const timeout = 200 * time.Millisecond
 	fb, err := fallback.New(redisstore.New(client), fallback.WithOutage(fallback.FailClosed), fallback.WithTimeout(timeout))
 	if err != nil {

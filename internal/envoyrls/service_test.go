@@ -2,13 +2,10 @@ package envoyrls
 
 import (
 	"context"
+	"fmt"
 	"math"
-	"net"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +21,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -118,10 +116,7 @@ func serve(t *testing.T, store ratelimit.Store, config string, headers Headers) 
 
 func dial(t *testing.T, svc *Service) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testkit.Listen(t)
 	srv := grpc.NewServer(ServerOptions()...)
 	svc.Register(srv)
 	go srv.Serve(ln) //nolint:errcheck // ends with Stop
@@ -165,6 +160,14 @@ const (
 
 // wantStatus checks a status's code and remaining, and its limit's
 // requests_per_unit (-1: no current_limit).
+// wantOverall fails the test unless r's overall code is code.
+func wantOverall(t *testing.T, what string, r *rlsv3.RateLimitResponse, code rlsv3.RateLimitResponse_Code) {
+	t.Helper()
+	if r.OverallCode != code {
+		t.Fatalf("%s: got overall %v, want %v", what, r.OverallCode, code)
+	}
+}
+
 func wantStatus(t *testing.T, what string, st *rlsv3.RateLimitResponse_DescriptorStatus, code rlsv3.RateLimitResponse_Code, remaining uint32, rpu int64) {
 	t.Helper()
 	if st.Code != code || st.LimitRemaining != remaining {
@@ -191,15 +194,11 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 		f := serve(t, newStore(t), e2eConfig, Headers{})
 		for i := range 10 {
 			r := f.ask(t, 0, desc("remote_address=10.0.0.1"))
-			if r.OverallCode != ok {
-				t.Fatalf("request %d: got %v, want OK", i+1, r.OverallCode)
-			}
+			wantOverall(t, fmt.Sprint("request ", i+1), r, ok)
 			wantStatus(t, "allowed", r.Statuses[0], ok, uint32(9-i), 10)
 		}
 		r := f.ask(t, 0, desc("remote_address=10.0.0.1"))
-		if r.OverallCode != over {
-			t.Fatalf("11th: got %v, want OVER_LIMIT", r.OverallCode)
-		}
+		wantOverall(t, "11th", r, over)
 		st := r.Statuses[0]
 		wantStatus(t, "11th", st, over, 0, 10)
 		if st.CurrentLimit.Unit != rlsv3.RateLimitResponse_RateLimit_SECOND {
@@ -218,9 +217,7 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 	t.Run("the most specific match wins, and requests_per_unit 0 denies all", func(t *testing.T) {
 		f := serve(t, newStore(t), e2eConfig, Headers{})
 		r := f.ask(t, 0, desc("remote_address=50.0.0.5"))
-		if r.OverallCode != over {
-			t.Fatalf("deny-listed IP: got %v, want OVER_LIMIT", r.OverallCode)
-		}
+		wantOverall(t, "deny-listed IP", r, over)
 		wantStatus(t, "deny-listed", r.Statuses[0], over, 0, 0)
 	})
 
@@ -258,9 +255,7 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 		f := serve(t, newStore(t), e2eConfig, Headers{})
 		for i := range 4 {
 			r := f.ask(t, 0, desc("service=auth", "user=user-a"), desc("remote_address=10.9.9.9"))
-			if r.OverallCode != ok {
-				t.Fatalf("request %d: got %v, want OK", i+1, r.OverallCode)
-			}
+			wantOverall(t, fmt.Sprint("request ", i+1), r, ok)
 			wantStatus(t, "the enforced rule is charged every time", r.Statuses[1], ok, uint32(9-i), 10)
 		}
 		if got := testutil.ToFloat64(f.metrics.shadow.WithLabelValues("edge", "edge.service.user_user-a")); got != 2 {
@@ -331,9 +326,7 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 		big := desc("remote_address=2.2.2.2")
 		big.HitsAddend = wrapperspb.UInt64(math.MaxUint64)
 		r := f.ask(t, 0, big, desc("to_number=42"))
-		if r.OverallCode != over {
-			t.Fatalf("got %v, want OVER_LIMIT", r.OverallCode)
-		}
+		wantOverall(t, "the request", r, over)
 		wantStatus(t, "the huge one", r.Statuses[0], over, 0, 10)
 		wantStatus(t, "the other, only looked at: what its hit would leave", r.Statuses[1], ok, 99, 100)
 		wantStatus(t, "later, the other is full", f.ask(t, 0, desc("to_number=42")).Statuses[0], ok, 99, 100)
@@ -348,9 +341,7 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 			f.ask(t, 0, desc("message_type=marketing", "to_number=7"))
 		}
 		r := f.ask(t, 0, desc("message_type=marketing", "to_number=7"), desc("to_number=7"))
-		if r.OverallCode != over {
-			t.Fatalf("got %v, want OVER_LIMIT", r.OverallCode)
-		}
+		wantOverall(t, "the request", r, over)
 		wantStatus(t, "spent", r.Statuses[0], over, 0, 5)
 		wantStatus(t, "would pass alone: what its hit would leave", r.Statuses[1], ok, 99, 100)
 		wantStatus(t, "still untouched", f.ask(t, 0, desc("to_number=7")).Statuses[0], ok, 99, 100)
@@ -362,9 +353,7 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 		wantStatus(t, "first", r.Statuses[0], ok, 7, 10)
 		wantStatus(t, "second", r.Statuses[1], ok, 4, 10)
 		r = f.ask(t, 3, desc("remote_address=3.3.3.3"), desc("remote_address=3.3.3.3"))
-		if r.OverallCode != over {
-			t.Fatalf("6 of 4: got %v, want OVER_LIMIT", r.OverallCode)
-		}
+		wantOverall(t, "6 of 4", r, over)
 		wantStatus(t, "3 of 4: OK in turn", r.Statuses[0], ok, 1, 10)
 		wantStatus(t, "then 3 of 1: over", r.Statuses[1], over, 0, 10)
 		wantStatus(t, "nothing was taken", f.ask(t, 4, desc("remote_address=3.3.3.3")).Statuses[0], ok, 0, 10)
@@ -492,9 +481,7 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 func TestReloadKeepsTheOldConfigOnError(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "edge.yaml")
-	if err := os.WriteFile(path, []byte("domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteFile(t, path, "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
 	svc, err := New(Options{Store: memstore.New()})
 	if err != nil {
 		t.Fatal(err)
@@ -502,9 +489,7 @@ func TestReloadKeepsTheOldConfigOnError(t *testing.T) {
 	if err := svc.Reload(path); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, []byte("domain: edge\ndescriptors:\n  - key: a\n    rate_limt: {}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteFile(t, path, "domain: edge\ndescriptors:\n  - key: a\n    rate_limt: {}\n")
 	err = svc.Reload(path)
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "rate_limt") {
 		t.Fatalf("got %v, want an error naming the file and the field", err)
@@ -565,22 +550,8 @@ func TestLongValuesKeepTheirOwnBuckets(t *testing.T) {
 // at once and returns how many were answered OK.
 func concurrentOK(t *testing.T, f *fixture, descs ...*rlv3.RateLimitDescriptor) int64 {
 	t.Helper()
-	var allowed atomic.Int64
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for range 8 {
-				r, err := f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: descs})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if r.OverallCode == ok {
-					allowed.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return allowed.Load()
+	return testkit.Concurrently(t, 16, 8, func(int, int) (bool, error) {
+		r, err := f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: descs})
+		return err == nil && r.OverallCode == ok, err
+	})
 }

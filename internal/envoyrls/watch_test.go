@@ -1,18 +1,17 @@
 package envoyrls
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -21,25 +20,8 @@ import (
 type watcher struct {
 	svc   *Service
 	ticks chan time.Time
-	log   *syncBuffer
+	log   *testkit.Buffer
 	m     *Metrics
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func watch(t *testing.T, path string, o LoadOptions) *watcher {
@@ -48,7 +30,7 @@ func watch(t *testing.T, path string, o LoadOptions) *watcher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &watcher{ticks: make(chan time.Time), log: &syncBuffer{}, m: NewMetrics(0)}
+	w := &watcher{ticks: make(chan time.Time), log: &testkit.Buffer{}, m: NewMetrics(0)}
 	w.svc, err = New(Options{Store: memstore.New(), Config: cfg, Load: o, Metrics: w.m, Logger: slog.New(slog.NewTextHandler(w.log, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -73,29 +55,19 @@ func (w *watcher) tick(n int) {
 
 func (w *watcher) domains() string { return strings.Join(w.svc.Config().Domains(), ",") }
 
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func domainFile(domain string) string {
 	return "domain: " + domain + "\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 1}}\n"
 }
 
 func TestWatchReloadsAnEditedFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.yaml")
-	writeFile(t, path, domainFile("a"))
+	testkit.WriteFile(t, path, domainFile("a"))
 	w := watch(t, path, LoadOptions{})
 	w.tick(3)
 	if got := testutil.ToFloat64(w.m.reloads.WithLabelValues("ok")); got != 0 {
 		t.Fatalf("reloaded %v times with no change", got)
 	}
-	writeFile(t, path, domainFile("bb"))
+	testkit.WriteFile(t, path, domainFile("bb"))
 	w.tick(1)
 	if got := w.domains(); got != "a" {
 		t.Fatalf("after one tick: %s; a change waits until it holds still", got)
@@ -106,7 +78,7 @@ func TestWatchReloadsAnEditedFile(t *testing.T) {
 	}
 	// A bad edit keeps the config in force, says why, and is not retried
 	// until the file changes again.
-	writeFile(t, path, "domain: c\ndescriptors:\n  - {key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}\n")
+	testkit.WriteFile(t, path, "domain: c\ndescriptors:\n  - {key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}\n")
 	w.tick(4)
 	if got := w.domains(); got != "bb" {
 		t.Fatalf("after a bad edit: %s, want bb kept", got)
@@ -117,7 +89,7 @@ func TestWatchReloadsAnEditedFile(t *testing.T) {
 	if !strings.Contains(w.log.String(), "fortnight") || !strings.Contains(w.log.String(), "keeping the previous config") {
 		t.Errorf("the log does not say why:\n%s", w.log.String())
 	}
-	writeFile(t, path, domainFile("ddd"))
+	testkit.WriteFile(t, path, domainFile("ddd"))
 	w.tick(2)
 	if got := w.domains(); got != "ddd" {
 		t.Fatalf("after a fix: %s, want ddd", got)
@@ -126,10 +98,10 @@ func TestWatchReloadsAnEditedFile(t *testing.T) {
 
 func TestWatchDebouncesAnEditInSteps(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.yaml")
-	writeFile(t, path, domainFile("a"))
+	testkit.WriteFile(t, path, domainFile("a"))
 	w := watch(t, path, LoadOptions{})
 	for _, step := range []string{"domain: b\n", domainFile("b")[:20], domainFile("bb")} {
-		writeFile(t, path, step)
+		testkit.WriteFile(t, path, step)
 		w.tick(1) // each step seen once: not loaded
 	}
 	if got := testutil.ToFloat64(w.m.reloads.WithLabelValues("error")); got != 0 {
@@ -149,7 +121,7 @@ func TestWatchDebouncesAnEditInSteps(t *testing.T) {
 // swaps the ..data link with a rename.
 func TestWatchKubernetesSwap(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "..2026_01_01_00_00_00.1", "edge.yaml"), domainFile("a"))
+	testkit.WriteFile(t, filepath.Join(dir, "..2026_01_01_00_00_00.1", "edge.yaml"), domainFile("a"))
 	if err := os.Symlink("..2026_01_01_00_00_00.1", filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +132,7 @@ func TestWatchKubernetesSwap(t *testing.T) {
 	if got := w.domains(); got != "a" {
 		t.Fatalf("loaded %s, want a (the timestamped directory is not read twice)", got)
 	}
-	writeFile(t, filepath.Join(dir, "..2026_01_01_00_01_00.2", "edge.yaml"), domainFile("b"))
+	testkit.WriteFile(t, filepath.Join(dir, "..2026_01_01_00_01_00.2", "edge.yaml"), domainFile("b"))
 	if err := os.Symlink("..2026_01_01_00_01_00.2", filepath.Join(dir, "..data_tmp")); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,6 +52,14 @@ func ClientOptions(addrs ...string) *redis.UniversalOptions {
 // [NewClusterClient]. The caller closes it.
 func NewClient(addrs ...string) redis.UniversalClient {
 	return redis.NewUniversalClient(ClientOptions(addrs...))
+}
+
+// Client returns a client of addrs made by [NewClient], closed when the
+// test t ends.
+func Client(t testing.TB, addrs ...string) redis.UniversalClient {
+	client := NewClient(addrs...)
+	t.Cleanup(func() { client.Close() })
+	return client
 }
 
 // NewClusterClient returns a go-redis cluster client seeded with addrs (one

@@ -180,6 +180,13 @@ func (p *Proxy) closeConn(pc *proxyConn) {
 func (p *Proxy) Drop() {
 	p.mu.Lock()
 	p.mode = modeDrop
+	p.mu.Unlock()
+	p.closeAll()
+}
+
+// closeAll closes every current connection.
+func (p *Proxy) closeAll() {
+	p.mu.Lock()
 	conns := make([]*proxyConn, 0, len(p.conns))
 	for pc := range p.conns {
 		conns = append(conns, pc)
@@ -228,14 +235,6 @@ func (p *Proxy) Close() {
 	p.mu.Unlock()
 	p.cancel()
 	p.ln.Close()
-	p.mu.Lock()
-	conns := make([]*proxyConn, 0, len(p.conns))
-	for pc := range p.conns {
-		conns = append(conns, pc)
-	}
-	p.mu.Unlock()
-	for _, pc := range conns {
-		p.closeConn(pc)
-	}
+	p.closeAll()
 	p.wg.Wait()
 }

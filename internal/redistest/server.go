@@ -315,27 +315,26 @@ func (s *Server) Kill() {
 // Stop sends SIGSTOP: the process keeps its port and its connections but
 // answers nothing until Cont, like a hung host. Stop waits (up to 1 s) until
 // the kernel reports the process as stopped.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGSTOP)
-	s.state = stateStopped
-	waitProcState(s.cmd.Process.Pid, true)
-}
+func (s *Server) Stop() { s.pause(true) }
 
 // Cont sends SIGCONT, resuming a server paused by Stop.
-func (s *Server) Cont() {
+func (s *Server) Cont() { s.pause(false) }
+
+// pause stops (SIGSTOP) or resumes (SIGCONT) the process and waits until
+// the kernel reports it so. It is a no-op when there is no process.
+func (s *Server) pause(stop bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
 		return
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGCONT)
-	s.state = stateRunning
-	waitProcState(s.cmd.Process.Pid, false)
+	sig, state := syscall.SIGCONT, stateRunning
+	if stop {
+		sig, state = syscall.SIGSTOP, stateStopped
+	}
+	_ = s.cmd.Process.Signal(sig)
+	s.state = state
+	waitProcState(s.cmd.Process.Pid, stop)
 }
 
 // waitProcState waits up to 1 s until /proc says the process is (or is no

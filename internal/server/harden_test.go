@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +17,7 @@ import (
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -27,39 +26,17 @@ import (
 // the status and body.
 func post(t *testing.T, base, path, contentType, body string, hdr ...string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("POST", base+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := testkit.Request(t, "POST", base+path, strings.NewReader(body), hdr...)
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		if hdr[i] == "Host" {
-			req.Host = hdr[i+1]
-			continue
-		}
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, string(b)
-}
-
-func realServer(t *testing.T, h http.Handler) string {
-	t.Helper()
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL
+	res, b := testkit.Do(t, req)
+	return res.StatusCode, b
 }
 
 func TestInvalidUTF8SubjectsDoNotShareABucket(t *testing.T) {
 	s, _, _ := newService(t, Options{Policies: config.Policies{"default": ratelimit.PerMinute(1)}})
-	base := realServer(t, s.Handler())
+	base := testkit.Serve(t, s.Handler())
 	for _, body := range []string{
 		"{\"subject\":\"\xff\"}", "{\"subject\":\"\xfe\"}",
 		`{"subject":"\ud800"}`, `{"subject":"\udbff"}`,
@@ -79,7 +56,7 @@ func TestInvalidUTF8SubjectsDoNotShareABucket(t *testing.T) {
 
 func TestPostNeedsJSONContentType(t *testing.T) {
 	s, _, _ := newService(t, Options{})
-	base := realServer(t, s.Handler())
+	base := testkit.Serve(t, s.Handler())
 	for _, ct := range []string{"", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/jsonx"} {
 		for _, path := range []string{"/v1/reset", "/v1/acquire", "/v1/peek"} {
 			if code, msg := post(t, base, path, ct, `{"subject":"a"}`); code != 415 {
@@ -96,7 +73,7 @@ func TestPostNeedsJSONContentType(t *testing.T) {
 
 func TestStrictJSONFields(t *testing.T) {
 	s, _, _ := newService(t, Options{Policies: config.Policies{"default": ratelimit.PerSecond(10), "login": ratelimit.PerMinute(5)}})
-	base := realServer(t, s.Handler())
+	base := testkit.Serve(t, s.Handler())
 	for _, tt := range []struct{ path, body, msg string }{
 		{"/v1/acquire", `{"Subject":"a"}`, `unknown field "Subject"`},
 		{"/v1/acquire", `{"SUBJECT":"a"}`, `unknown field "SUBJECT"`},
@@ -118,7 +95,7 @@ func TestSubjectsStayOutOfTheLog(t *testing.T) {
 	key := "7:default:" + secret
 	store := downStore{err: fmt.Errorf("redis check of %q: %w", key, errors.New("EOF"))}
 	s, _, logs := newService(t, Options{Store: store})
-	base := realServer(t, s.Handler())
+	base := testkit.Serve(t, s.Handler())
 	if code, _ := post(t, base, "/v1/acquire", "application/json", `{"subject":"`+secret+`"}`); code != 503 {
 		t.Fatalf("status %d, want 503", code)
 	}
@@ -135,11 +112,7 @@ func TestSubjectsStayOutOfTheLog(t *testing.T) {
 func TestEmptyConfigReloadIsRefused(t *testing.T) {
 	s, _, logs := newService(t, Options{})
 	path := filepath.Join(t.TempDir(), "rl.yaml")
-	write := func(doc string) {
-		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(doc string) { testkit.WriteFile(t, path, doc) }
 	write("namespaces:\n  - name: login\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - name: api\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
 	if err := s.Reload(path); err != nil {
 		t.Fatal(err)
@@ -351,7 +324,7 @@ func TestProxyForwardsOnlyTheTrustedChain(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			base := realServer(t, p)
+			base := testkit.Serve(t, p)
 			req, _ := http.NewRequest("GET", base+"/x", nil)
 			for i := 0; i+1 < len(tt.hdr); i += 2 {
 				req.Header.Set(tt.hdr[i], tt.hdr[i+1])

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,36 +20,17 @@ import (
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
+	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
-
-// logBuffer is a goroutine-safe log sink.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
-func newService(t *testing.T, o Options) (*Service, *clock, *logBuffer) {
+func newService(t *testing.T, o Options) (*Service, *storetest.Clock, *testkit.Buffer) {
 	t.Helper()
-	c := &clock{now: t0}
-	logs := &logBuffer{}
+	c := storetest.NewClock(t0)
+	logs := &testkit.Buffer{}
 	if o.Store == nil {
 		o.Store = memstore.New(memstore.WithClock(c.Now))
 	}
@@ -137,7 +117,7 @@ func TestAcquireUntilDenied(t *testing.T) {
 	if res := call(t, h, "POST", "/v1/acquire", `{"subject":"bob"}`); res.code != 200 {
 		t.Errorf("another subject: %d", res.code)
 	}
-	c.Advance(100 * time.Millisecond)
+	c.Add(100 * time.Millisecond)
 	if res := call(t, h, "POST", "/v1/acquire", `{"subject":"alice","cost":1}`); res.code != 200 || res.header.Get("Retry-After") != "" {
 		t.Errorf("after the refill of one token: %d %v", res.code, res.header)
 	}
@@ -239,11 +219,7 @@ func TestReload(t *testing.T) {
 	s, _, logs := newService(t, Options{})
 	dir := t.TempDir()
 	path := filepath.Join(dir, "rl.yaml")
-	write := func(s string) {
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(s string) { testkit.WriteFile(t, path, s) }
 	write("namespaces:\n  - name: login\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
 	if err := s.Reload(path); err != nil {
 		t.Fatal(err)

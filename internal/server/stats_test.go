@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +13,8 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
+	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -32,9 +32,9 @@ func decide(st *Stats, ns, subject string, n int, allowed bool, latency time.Dur
 
 // newStatsService is newService with Stats of options so on the Service's
 // test clock.
-func newStatsService(t *testing.T, o Options, so StatsOptions) (*Service, *clock) {
+func newStatsService(t *testing.T, o Options, so StatsOptions) (*Service, *storetest.Clock) {
 	t.Helper()
-	c := &clock{now: t0}
+	c := storetest.NewClock(t0)
 	so.Clock = c.Now
 	o.Stats = NewStats(so)
 	o.Clock = c.Now
@@ -44,13 +44,6 @@ func newStatsService(t *testing.T, o Options, so StatsOptions) (*Service, *clock
 		t.Fatal(err)
 	}
 	return s, c
-}
-
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func nsReport(t *testing.T, r StatsReport, name string) NamespaceReport {
@@ -71,11 +64,11 @@ func TestStatsRates(t *testing.T) {
 	// t0 is on a step boundary: steps [t0, t0+5s), [t0+5s, t0+10s), ...
 	decide(st, "default", "alice", 10, true, time.Millisecond)
 	decide(st, "default", "alice", 5, false, time.Millisecond)
-	c.Advance(RateStep)
+	c.Add(RateStep)
 	decide(st, "default", "bob", 20, true, time.Millisecond)
-	c.Advance(RateStep)
+	c.Add(RateStep)
 	decide(st, "default", "bob", 3, false, time.Millisecond)
-	c.Advance(time.Second) // 1 s into the third step
+	c.Add(time.Second) // 1 s into the third step
 
 	ns := nsReport(t, s.Stats(ctx), "default")
 	if ns.Allowed != 30 || ns.Denied != 8 {
@@ -104,7 +97,7 @@ func TestStatsRates(t *testing.T) {
 
 	// Five minutes and a step later the series has moved on: only zeros,
 	// but the totals stay.
-	c.Advance((RatePoints + 1) * RateStep)
+	c.Add((RatePoints + 1) * RateStep)
 	ns = nsReport(t, s.Stats(ctx), "default")
 	for i := range RatePoints {
 		if ns.Rate.Allowed[i] != 0 || ns.Rate.Denied[i] != 0 {
@@ -118,7 +111,7 @@ func TestStatsRates(t *testing.T) {
 
 func TestStatsRateSinceStart(t *testing.T) {
 	s, c, _ := newService(t, Options{})
-	c.Advance(2 * time.Second)
+	c.Add(2 * time.Second)
 	decide(s.stats, "default", "alice", 8, true, 0)
 	// Started 2 s ago: the rate is over those 2 s, not over a whole step
 	// before the start.
@@ -182,7 +175,7 @@ func TestStatsLatencyPercentiles(t *testing.T) {
 	}
 
 	// A minute and a step later, only the new checks count.
-	c.Advance(LatencyWindow + RateStep)
+	c.Add(LatencyWindow + RateStep)
 	decide(st, "default", "a", 10, false, 10*time.Microsecond)
 	lat = nsReport(t, s.Stats(context.Background()), "default").Latency
 	if lat.Count != 10 || lat.P99Ms > 0.0125 || lat.P99Ms < 0.010 {
@@ -209,24 +202,21 @@ func TestTopDeniedFindsHeavyHittersInFixedMemory(t *testing.T) {
 	}
 	rng.Shuffle(len(stream), func(i, j int) { stream[i], stream[j] = stream[j], stream[i] })
 
-	var before runtime.MemStats
+	var before uint64
 	for i, name := range stream {
 		sk.add("default", name, 0)
 		if i == len(stream)/10 {
-			runtime.GC()
-			runtime.ReadMemStats(&before)
+			before = testkit.LiveHeap()
 		}
 		if len(sk.counters) > TopDeniedCounters || cap(sk.counters) != TopDeniedCounters {
 			t.Fatalf("after %d denials the sketch holds %d counters of capacity %d, want at most %d", i+1, len(sk.counters), cap(sk.counters), TopDeniedCounters)
 		}
 	}
 	stream = nil
-	runtime.GC()
-	var after runtime.MemStats
-	runtime.ReadMemStats(&after)
+	after := testkit.LiveHeap()
 	// 90% of the stream, about 90 000 new subjects, went through the
 	// sketch: a map of them would hold megabytes.
-	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 256<<10 {
+	if grew := int64(after) - int64(before); grew > 256<<10 {
 		t.Errorf("the heap grew by %d bytes while the sketch took 90 000 more subjects", grew)
 	}
 
@@ -261,7 +251,7 @@ func TestTopDeniedDecays(t *testing.T) {
 	s.stats.ObserveDecision(context.Background(), ratelimit.DecisionEvent{ // fail-closed denies everyone: not counted
 		Namespace: "default", Key: "7:default:carol", Decision: ratelimit.Decision{Source: ratelimit.SourceFailClosed},
 	})
-	c.Advance(TopDeniedHalfLife)
+	c.Add(TopDeniedHalfLife)
 	decide(s.stats, "default", "bob", 60, false, 0)
 
 	top := s.Stats(context.Background()).TopDenied
@@ -272,7 +262,7 @@ func TestTopDeniedDecays(t *testing.T) {
 	if len(top.Subjects) != 2 || top.Subjects[0] != want[0] || top.Subjects[1] != want[1] {
 		t.Errorf("after a half-life: %+v, want %+v (alice halved, login's single denial halved to nothing)", top.Subjects, want)
 	}
-	c.Advance(10 * TopDeniedHalfLife)
+	c.Add(10 * TopDeniedHalfLife)
 	if top := s.Stats(context.Background()).TopDenied; len(top.Subjects) != 0 {
 		t.Errorf("ten half-lives later: %+v, want none", top.Subjects)
 	}
@@ -323,7 +313,7 @@ func TestStatsStoreAndReload(t *testing.T) {
 		t.Errorf("at start: %+v, reload %+v", r.Store, r.Reload)
 	}
 
-	c.Advance(time.Second)
+	c.Add(time.Second)
 	s.stats.ObserveFallback(ctx, fallback.Event{Partition: "127.0.0.1:7001", Outage: fallback.LocalFallback, Cause: down, At: c.Now()})
 	s.stats.ObserveFallback(ctx, fallback.Event{Partition: "127.0.0.1:7002", Alive: true, Outage: fallback.LocalFallback, At: c.Now()})
 	degraded = true
@@ -341,7 +331,7 @@ func TestStatsStoreAndReload(t *testing.T) {
 
 	dir := t.TempDir()
 	bad := dir + "/bad.yaml"
-	writeFile(t, bad, "namespaces: [")
+	testkit.WriteFile(t, bad, "namespaces: [")
 	if err := s.Reload(bad); err == nil {
 		t.Fatal("a bad file was accepted")
 	}
@@ -350,8 +340,8 @@ func TestStatsStoreAndReload(t *testing.T) {
 		t.Errorf("after a refused reload: %+v", r.Reload)
 	}
 	good := dir + "/good.yaml"
-	writeFile(t, good, "namespaces:\n  - name: login\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
-	c.Advance(time.Second)
+	testkit.WriteFile(t, good, "namespaces:\n  - name: login\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	c.Add(time.Second)
 	if err := s.Reload(good); err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +382,7 @@ func TestStatsConcurrent(t *testing.T) {
 			for i := range 1000 {
 				decide(s.stats, "default", fmt.Sprintf("s%d-%d", g, i%50), 1, i%3 != 0, time.Millisecond)
 				if i%100 == 0 {
-					c.Advance(time.Second)
+					c.Add(time.Second)
 					s.stats.ObserveFallback(ctx, fallback.Event{Alive: i%200 == 0, At: c.Now()})
 				}
 			}

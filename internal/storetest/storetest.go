@@ -8,12 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // Clock is a settable clock for WithClock.
@@ -37,6 +37,42 @@ func (c *Clock) Add(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
+}
+
+// Sleeper is a sleep function for ratelimit.WithSleep and the like that
+// does not sleep: Sleep records each duration and, when Clock is set,
+// advances Clock by it. Before, when set, runs first and may end the sleep
+// with its error. Set the fields before the first Sleep; Sleep and Slept
+// are safe for simultaneous use.
+type Sleeper struct {
+	Clock  *Clock
+	Before func(ctx context.Context) error
+
+	mu    sync.Mutex
+	slept []time.Duration
+}
+
+// Sleep records d and advances Clock by it, after Before.
+func (s *Sleeper) Sleep(ctx context.Context, d time.Duration) error {
+	if s.Before != nil {
+		if err := s.Before(ctx); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.slept = append(s.slept, d)
+	s.mu.Unlock()
+	if s.Clock != nil {
+		s.Clock.Add(d)
+	}
+	return nil
+}
+
+// Slept returns the durations of the sleeps so far, in order.
+func (s *Sleeper) Slept() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Duration(nil), s.slept...)
 }
 
 // Start is the time the suite's clocks start at.
@@ -289,23 +325,12 @@ var cases = []envCase{
 	}},
 	{"concurrent checks at one instant admit exactly the capacity", func(t *testing.T, e *env) {
 		l := e.newLimiter(ratelimit.PerHour(50))
-		var admitted, failed atomic.Int64
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				for range 25 {
-					d, err := l.TryAcquire(e.ctx, "hot")
-					if err != nil {
-						failed.Add(1)
-					} else if d.Allowed {
-						admitted.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if failed.Load() != 0 || admitted.Load() != 50 {
-			t.Fatalf("200 concurrent checks: %d admitted, %d failed; want exactly 50 admitted", admitted.Load(), failed.Load())
+		admitted := testkit.Concurrently(t, 8, 25, func(int, int) (bool, error) {
+			d, err := l.TryAcquire(e.ctx, "hot")
+			return d.Allowed, err
+		})
+		if admitted != 50 {
+			t.Fatalf("200 concurrent checks: %d admitted, want exactly 50", admitted)
 		}
 	}},
 	{"invalid requests are refused by the store itself", func(t *testing.T, e *env) {
