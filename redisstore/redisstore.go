@@ -191,15 +191,22 @@ func (s *Store) check(ctx context.Context, key string, r ratelimit.Request) (rat
 
 // apply sends one check: EVALSHA, and EVAL when the script is not cached.
 func (s *Store) apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
-	res, err := s.eval(ctx, []string{key}, s.enc.Args(r))
-	if err != nil {
-		return ratelimit.Decision{}, wrapErr("check", key, err)
+	d, _, err := s.call(ctx, "check", []string{key}, s.enc.Args(r), r)
+	return d, err
+}
+
+// call runs the script once on keys, the first of them the bucket of r, and
+// reads its reply: the decision, and whether a settle found its record. op
+// names the operation in an error.
+func (s *Store) call(ctx context.Context, op string, keys []string, args []any, r ratelimit.Request) (d ratelimit.Decision, found bool, err error) {
+	res, err := s.eval(ctx, keys, args)
+	if err == nil {
+		d, found, err = script.ParseSettle(r, res)
 	}
-	d, err := script.ParseReply(r, res)
 	if err != nil {
-		return ratelimit.Decision{}, wrapErr("check", key, err)
+		return ratelimit.Decision{}, false, wrapErr(op, keys[0], err)
 	}
-	return d, nil
+	return d, found, nil
 }
 
 // eval runs the script once: EVALSHA, and EVAL of its body when the server

@@ -20,15 +20,8 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 	if err := tokenbucket.ValidateReserve(id, r, ttl); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	res, err := s.eval(ctx, []string{key, keyfmt.Record(key, id)}, s.enc.ReserveArgs(r, ttl))
-	if err != nil {
-		return ratelimit.Decision{}, wrapErr("reserve", key, err)
-	}
-	d, err := script.ParseReply(r, res)
-	if err != nil {
-		return ratelimit.Decision{}, wrapErr("reserve", key, err)
-	}
-	return d, nil
+	d, _, err := s.call(ctx, "reserve", []string{key, keyfmt.Record(key, id)}, s.enc.ReserveArgs(r, ttl), r)
+	return d, err
 }
 
 // Settle settles reservation id on the bucket at key with actual, the tokens
@@ -41,13 +34,9 @@ func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request,
 	if err := tokenbucket.ValidateSettle(id, r, actual); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	res, err := s.eval(ctx, []string{key, keyfmt.Record(key, id)}, s.enc.SettleArgs(r, actual))
+	d, found, err := s.call(ctx, "settle", []string{key, keyfmt.Record(key, id)}, s.enc.SettleArgs(r, actual), r)
 	if err != nil {
-		return ratelimit.Decision{}, wrapErr("settle", key, err)
-	}
-	d, found, err := script.ParseSettle(r, res)
-	if err != nil {
-		return ratelimit.Decision{}, wrapErr("settle", key, err)
+		return d, err
 	}
 	if !found {
 		return d, fmt.Errorf("%w: redis settle of %s", ratelimit.ErrNotReserved, keyfmt.Label(key))
@@ -64,13 +53,6 @@ func (s *Store) Refund(ctx context.Context, key string, r ratelimit.Request) (ra
 	if err := tokenbucket.ValidateRefund(r); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	res, err := s.eval(ctx, []string{key}, s.enc.AppendRequest(script.CallArgs(r, script.Refund, 1), r))
-	if err != nil {
-		return ratelimit.Decision{}, wrapErr("refund", key, err)
-	}
-	d, err := script.ParseReply(r, res)
-	if err != nil {
-		return ratelimit.Decision{}, wrapErr("refund", key, err)
-	}
-	return d, nil
+	d, _, err := s.call(ctx, "refund", []string{key}, s.enc.AppendRequest(script.CallArgs(r, script.Refund, 1), r), r)
+	return d, err
 }
