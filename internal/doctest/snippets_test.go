@@ -112,6 +112,7 @@ const preamble = `package snippet
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/redisstore"
@@ -132,6 +133,8 @@ var (
 	email   string // subjects
 	apiKey  string
 )
+
+var _ = time.Second // for the snippets that name durations
 
 // BatchRequest stands for a gRPC request message of the reader's own.
 type BatchRequest struct{ Items []string }

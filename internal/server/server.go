@@ -1,10 +1,10 @@
 // Package server is the HTTP decision service of the ratelimit command: the
-// JSON API (POST /v1/acquire, /v1/peek, /v1/reset, GET /v1/config), /healthz
-// (liveness), /readyz (readiness), /metrics, an operator page (GET /, reading
-// GET /v1/stats; see Stats), and a rate-limiting reverse proxy built on
-// package httplimit.
+// JSON API (POST /v1/acquire, /v1/peek, /v1/reset, /v1/reserve, /v1/settle,
+// GET /v1/config), /healthz (liveness), /readyz (readiness), /metrics, an
+// operator page (GET /, reading GET /v1/stats; see Stats), and a
+// rate-limiting reverse proxy built on package httplimit.
 //
-// Policies are a set of namespaces, each with its limit (package config),
+// Policies are a set of namespaces, each with its limits (package config),
 // swapped atomically by SetPolicies: a check decided during a reload uses
 // either the old set or the new one, and buckets carry over by the library's
 // policy-change rule. The Service is safe for simultaneous use by multiple
