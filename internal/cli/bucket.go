@@ -63,7 +63,7 @@ func runBucket(op string) func(ctx context.Context, env Env, args []string) erro
 				return fmt.Errorf("config: %w", err)
 			}
 		}
-		limit, ok := policies[ns]
+		pol, ok := policies[ns]
 		switch {
 		case ok:
 		case op == "reset":
@@ -72,19 +72,19 @@ func runBucket(op string) func(ctx context.Context, env Env, args []string) erro
 			if err := config.CheckName(ns); err != nil {
 				return usagef("--namespace: %v", err)
 			}
-			limit = config.DefaultLimit
+			pol = config.Policy{Requests: config.DefaultLimit}
 		default:
 			return usagef("unknown namespace %q (known: %v); give the service's --config", ns, policies.Names())
 		}
-		if op == "acquire" && (cost < 1 || cost > limit.Capacity) {
-			return usagef("--cost must be between 1 and the capacity %d of namespace %q (got %d)", limit.Capacity, ns, cost)
+		if op == "acquire" && (cost < 1 || cost > pol.MaxCost()) {
+			return usagef("--cost must be between 1 and the capacity %d of namespace %q (got %d)", pol.MaxCost(), ns, cost)
 		}
 		st, err := openStore(storeOptions{redis: rf})
 		if err != nil {
 			return err
 		}
 		defer st.close()
-		lim, err := ratelimit.New[string](st.store, limit, ratelimit.WithNamespace(ns))
+		lim, err := ratelimit.NewMulti[string](st.store, pol.Limits(), ratelimit.WithNamespace(ns))
 		if err != nil {
 			return err
 		}

@@ -10,10 +10,20 @@
 //	      requests_per_unit: 5
 //	      burst: 10
 //
-// Each namespace has one token-bucket limit: requests_per_unit tokens are
-// added every unit (second, minute, hour, day, week, month of 30 days or
-// year of 365 days, as envoyproxy/ratelimit counts them), and the bucket
-// holds burst tokens (default requests_per_unit; when set, at least 1). The
+// Each namespace has a token-bucket limit of requests: requests_per_unit
+// tokens are added every unit (second, minute, hour, day, week, month of 30
+// days or year of 365 days, as envoyproxy/ratelimit counts them), and the
+// bucket holds burst tokens (default requests_per_unit; when set, at least
+// 1). A namespace may add a token_limit, of tokens_per_unit per unit with
+// its own burst, for work measured in tokens (a language model's):
+//
+//   - name: chat
+//     rate_limit: {unit: minute, requests_per_unit: 60}
+//     token_limit: {unit: minute, tokens_per_unit: 90000}
+//
+// Its two limits are one policy on one bucket per subject, decided as one
+// (ratelimit.NewMulti): a request takes one request and its tokens, or
+// nothing. The
 // namespace "default" is always there: a file may change its limit, and without a file it allows 10 per
 // second per subject, bursting to 10. A file must define at least one
 // namespace: an empty one is refused, so that a truncated file reloaded on
@@ -44,10 +54,50 @@ var DefaultLimit = ratelimit.PerSecond(10)
 
 // Policies maps namespace names to their limits. It always holds
 // DefaultNamespace.
-type Policies map[string]ratelimit.Limit
+type Policies map[string]Policy
+
+// Policy is the limits of a namespace: its rate_limit, and its token_limit
+// when it has one.
+type Policy struct {
+	// Requests is the rate_limit.
+	Requests ratelimit.Limit
+	// Tokens is the token_limit; the zero Limit when there is none.
+	Tokens ratelimit.Limit
+}
+
+// HasTokens reports whether p has a token_limit.
+func (p Policy) HasTokens() bool { return p.Tokens != ratelimit.Limit{} }
+
+// Limits returns p's limits in the order a Limiter of p takes costs in:
+// requests, then tokens when p has a token_limit.
+func (p Policy) Limits() []ratelimit.Limit {
+	if p.HasTokens() {
+		return []ratelimit.Limit{p.Requests, p.Tokens}
+	}
+	return []ratelimit.Limit{p.Requests}
+}
+
+// MaxCost is the largest cost that every limit of p can hold: a check of
+// more could never be allowed.
+func (p Policy) MaxCost() int64 {
+	if p.HasTokens() {
+		return min(p.Requests.Capacity, p.Tokens.Capacity)
+	}
+	return p.Requests.Capacity
+}
+
+// String describes p, "capacity 60, refill 60 per 1m", followed by
+// " and tokens: capacity 90000, refill 90000 per 1m" when p has a
+// token_limit.
+func (p Policy) String() string {
+	if p.HasTokens() {
+		return fmt.Sprintf("%v and tokens: %v", p.Requests, p.Tokens)
+	}
+	return p.Requests.String()
+}
 
 // Default returns the built-in policies: DefaultNamespace with DefaultLimit.
-func Default() Policies { return Policies{DefaultNamespace: DefaultLimit} }
+func Default() Policies { return Policies{DefaultNamespace: {Requests: DefaultLimit}} }
 
 // Names returns the namespaces in sorted order.
 func (p Policies) Names() []string {
@@ -77,14 +127,21 @@ type file struct {
 }
 
 type namespace struct {
-	Name      string     `yaml:"name"`
-	RateLimit *rateLimit `yaml:"rate_limit"`
+	Name       string      `yaml:"name"`
+	RateLimit  *rateLimit  `yaml:"rate_limit"`
+	TokenLimit *tokenLimit `yaml:"token_limit"`
 }
 
 type rateLimit struct {
 	Unit            string `yaml:"unit"`
 	RequestsPerUnit int64  `yaml:"requests_per_unit"`
 	Burst           *int64 `yaml:"burst"`
+}
+
+type tokenLimit struct {
+	Unit          string `yaml:"unit"`
+	TokensPerUnit int64  `yaml:"tokens_per_unit"`
+	Burst         *int64 `yaml:"burst"`
 }
 
 // Load reads and parses the file at path. The error starts with the path.
@@ -129,36 +186,52 @@ func Parse(data []byte) (Policies, error) {
 			return nil, fmt.Errorf("namespace %q is defined twice", ns.Name)
 		}
 		seen[ns.Name] = true
-		l, err := ns.limit()
+		pol, err := ns.policy()
 		if err != nil {
 			return nil, fmt.Errorf("namespace %q: %w", ns.Name, err)
 		}
-		p[ns.Name] = l
+		p[ns.Name] = pol
 	}
 	return p, nil
 }
 
-func (ns namespace) limit() (ratelimit.Limit, error) {
+func (ns namespace) policy() (Policy, error) {
 	rl := ns.RateLimit
 	if rl == nil {
-		return ratelimit.Limit{}, errors.New("rate_limit is missing")
+		return Policy{}, errors.New("rate_limit is missing")
 	}
-	per, ok := units.Parse(rl.Unit)
-	if !ok {
-		return ratelimit.Limit{}, fmt.Errorf("rate_limit.unit %q: want %s", rl.Unit, units.Names)
+	req, err := limitOf("rate_limit", rl.Unit, "requests_per_unit", rl.RequestsPerUnit, rl.Burst)
+	if err != nil {
+		return Policy{}, err
 	}
-	if rl.RequestsPerUnit < 1 {
-		return ratelimit.Limit{}, fmt.Errorf("rate_limit.requests_per_unit must be at least 1 (got %d)", rl.RequestsPerUnit)
-	}
-	burst := rl.RequestsPerUnit
-	if rl.Burst != nil {
-		if burst = *rl.Burst; burst < 1 {
-			return ratelimit.Limit{}, fmt.Errorf("rate_limit.burst must be at least 1 when set (got %d)", burst)
+	p := Policy{Requests: req}
+	if tl := ns.TokenLimit; tl != nil {
+		if p.Tokens, err = limitOf("token_limit", tl.Unit, "tokens_per_unit", tl.TokensPerUnit, tl.Burst); err != nil {
+			return Policy{}, err
 		}
 	}
-	l := ratelimit.NewLimit(rl.RequestsPerUnit, per, burst)
+	return p, nil
+}
+
+// limitOf is the limit of perUnit per unit bursting to burst (default
+// perUnit), the fields of the block named field.
+func limitOf(field, unit, perName string, perUnit int64, burst *int64) (ratelimit.Limit, error) {
+	per, ok := units.Parse(unit)
+	if !ok {
+		return ratelimit.Limit{}, fmt.Errorf("%s.unit %q: want %s", field, unit, units.Names)
+	}
+	if perUnit < 1 {
+		return ratelimit.Limit{}, fmt.Errorf("%s.%s must be at least 1 (got %d)", field, perName, perUnit)
+	}
+	capacity := perUnit
+	if burst != nil {
+		if capacity = *burst; capacity < 1 {
+			return ratelimit.Limit{}, fmt.Errorf("%s.burst must be at least 1 when set (got %d)", field, capacity)
+		}
+	}
+	l := ratelimit.NewLimit(perUnit, per, capacity)
 	if err := l.Validate(); err != nil {
-		return ratelimit.Limit{}, fmt.Errorf("rate_limit: %s", strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": "))
+		return ratelimit.Limit{}, fmt.Errorf("%s: %s", field, strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": "))
 	}
 	return l, nil
 }
@@ -206,8 +279,9 @@ func CheckName(name string) error {
 // what to call them instead.
 var goTypes = strings.NewReplacer(
 	"[]config.namespace", "a list of namespaces",
-	"config.namespace", "a namespace (name and rate_limit)",
+	"config.namespace", "a namespace (name, rate_limit and token_limit)",
 	"config.rateLimit", "a rate_limit (unit, requests_per_unit, burst)",
+	"config.tokenLimit", "a token_limit (unit, tokens_per_unit, burst)",
 	"config.file", "a document with namespaces:",
 	"in type ", "in ",
 )

@@ -28,10 +28,10 @@ namespaces:
 		t.Fatal(err)
 	}
 	want := Policies{
-		"default": ratelimit.PerSecond(10),
-		"login":   ratelimit.NewLimit(5, time.Minute, 10),
-		"api.v2":  ratelimit.PerSecond(100),
-		"quota":   ratelimit.NewLimit(1000, 365*24*time.Hour, 1000),
+		"default": {Requests: ratelimit.PerSecond(10)},
+		"login":   {Requests: ratelimit.NewLimit(5, time.Minute, 10)},
+		"api.v2":  {Requests: ratelimit.PerSecond(100)},
+		"quota":   {Requests: ratelimit.NewLimit(1000, 365*24*time.Hour, 1000)},
 	}
 	if len(p) != len(want) {
 		t.Fatalf("got %v, want %v", p, want)
@@ -46,9 +46,48 @@ namespaces:
 	}
 }
 
+// TestParseTokenLimit checks a namespace of requests and tokens: two
+// limits, in that order, each with its own unit and burst.
+func TestParseTokenLimit(t *testing.T) {
+	p, err := Parse([]byte(`
+namespaces:
+  - name: chat
+    rate_limit: {unit: minute, requests_per_unit: 60}
+    token_limit: {unit: minute, tokens_per_unit: 90000, burst: 100000}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Policy{Requests: ratelimit.PerMinute(60), Tokens: ratelimit.NewLimit(90000, time.Minute, 100000)}
+	got := p["chat"]
+	if got != want || !got.HasTokens() || p["default"].HasTokens() {
+		t.Fatalf("chat = %v, want %v", got, want)
+	}
+	if l := got.Limits(); len(l) != 2 || l[0] != want.Requests || l[1] != want.Tokens {
+		t.Errorf("Limits() = %v", l)
+	}
+	if l := p["default"].Limits(); len(l) != 1 || l[0] != DefaultLimit {
+		t.Errorf("default Limits() = %v", l)
+	}
+	if s := got.String(); s != "capacity 60, refill 60 per 1m and tokens: capacity 100000, refill 90000 per 1m" {
+		t.Errorf("String() = %q", s)
+	}
+	for doc, msg := range map[string]string{
+		"namespaces:\n  - name: a\n    token_limit: {unit: second, tokens_per_unit: 1}\n":                                                                 `namespace "a": rate_limit is missing`,
+		"namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n    token_limit: {unit: second, tokens_per_unit: 0}\n":           "token_limit.tokens_per_unit must be at least 1 (got 0)",
+		"namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n    token_limit: {unit: aeon, tokens_per_unit: 5}\n":             `token_limit.unit "aeon"`,
+		"namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n    token_limit: {unit: second, requests_per_unit: 5}\n":         "field requests_per_unit not found in a token_limit (unit, tokens_per_unit, burst)",
+		"namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n    token_limit: {unit: second, tokens_per_unit: 5, burst: 0}\n": "token_limit.burst must be at least 1 when set (got 0)",
+	} {
+		if _, err := Parse([]byte(doc)); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("Parse(%q) = %v, want an error containing %q", doc, err, msg)
+		}
+	}
+}
+
 func TestParseOverridesDefaultAndRefusesEmpty(t *testing.T) {
 	p, err := Parse([]byte("namespaces:\n  - name: default\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"))
-	if err != nil || p["default"] != ratelimit.PerHour(3) {
+	if err != nil || p["default"].Requests != ratelimit.PerHour(3) {
 		t.Fatalf("got %v, %v", p, err)
 	}
 	// A file that defines no namespace is refused: reloaded, it would

@@ -19,9 +19,14 @@ func FuzzParse(f *testing.F) {
 		if len(p) == 0 {
 			t.Fatalf("Parse(%q) gave no namespace and no error", data)
 		}
-		for name, l := range p {
-			if CheckName(name) != nil || l.Validate() != nil {
-				t.Fatalf("Parse(%q) gave %q: %v, which does not validate", data, name, l)
+		for name, pol := range p {
+			if CheckName(name) != nil {
+				t.Fatalf("Parse(%q) gave the name %q, which does not validate", data, name)
+			}
+			for _, l := range pol.Limits() {
+				if l.Validate() != nil {
+					t.Fatalf("Parse(%q) gave %q: %v, which does not validate", data, name, pol)
+				}
 			}
 		}
 	})

@@ -114,6 +114,7 @@ const preamble = `package snippet
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/redisstore"
@@ -134,6 +135,8 @@ var (
 	email   string // subjects
 	apiKey  string
 )
+
+var _ = time.Second // for the snippets that name durations
 
 // BatchRequest stands for a gRPC request message of the reader's own.
 type BatchRequest struct{ Items []string }

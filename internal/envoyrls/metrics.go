@@ -161,8 +161,8 @@ func (m *Metrics) counters(r *Rule, key string) *ruleCounters {
 // the balance it saw are over the limit, and those within it past the
 // near-limit ratio near it.
 func (m *Metrics) observe(c *check) {
-	if m == nil || c.rule == nil || c.replaced {
-		return
+	if m == nil || c.rule == nil || c.replaced || c.refund {
+		return // a refund is not a hit
 	}
 	rc := m.counters(c.rule, c.metric)
 	hits := min(c.hits, MaxCountedHits)

@@ -36,6 +36,10 @@ func (p prefixed) Reset(ctx context.Context, key string) error {
 	return p.Store.Reset(ctx, p.prefix+key)
 }
 
+func (p prefixed) Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	return p.Store.(refunder).Refund(ctx, p.prefix+key, r)
+}
+
 func (p prefixed) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error {
 	as, ok := p.Store.(ratelimit.BatchStore)
 	if !ok {

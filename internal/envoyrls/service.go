@@ -247,6 +247,7 @@ type check struct {
 	hits     uint64
 	replaced bool
 	override *rlsv3.RateLimitResponse_RateLimit // a descriptor's own limit
+	refund   bool                               // is_negative_hits: hits go back (see refund)
 	bucket   *bucket
 	// seen is the balance of the bucket this check was counted against,
 	// after the checks before it in the request took their hits; fits
@@ -305,6 +306,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if d.HitsAddend != nil {
 			c.hits = d.HitsAddend.Value
 		}
+		c.refund = d.IsNegativeHits
 		if d.Limit != nil {
 			if err := s.overrideCheck(c, req.Domain, d); err != nil {
 				s.metrics.request("invalid")
@@ -349,6 +351,20 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		return nil, status.Error(codes.Unavailable, "rate limit store unavailable")
 	}
 	settle(checks, buckets)
+	if err := s.refund(ctx, checks); err != nil {
+		s.metrics.request("error")
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return nil, status.Error(codes.Canceled, "the client cancelled the request")
+		}
+		if errors.Is(err, errors.ErrUnsupported) {
+			return nil, status.Error(codes.Unimplemented, err.Error())
+		}
+		if now := time.Now().UnixNano(); now-s.lastErrLog.Load() >= int64(time.Second) {
+			s.lastErrLog.Store(now)
+			s.log.Warn("envoy ShouldRateLimit: the store could not refund; answering UNAVAILABLE", "domain", req.Domain, "err", err)
+		}
+		return nil, status.Error(codes.Unavailable, "rate limit store unavailable")
+	}
 
 	// The headers describe the status closest to its limit, the last one
 	// over its limit when there is one, as the peer chooses.
@@ -419,8 +435,7 @@ func settle(checks []check, buckets []*bucket) {
 }
 
 // validate refuses what cannot be decided: no domain, no descriptors, a
-// descriptor without entries, an empty key, sizes above the bounds, and a
-// refund (is_negative_hits), which a token bucket does not take.
+// descriptor without entries, an empty key, and sizes above the bounds.
 func validate(req *rlsv3.RateLimitRequest) error {
 	switch {
 	case req.Domain == "":
@@ -436,8 +451,6 @@ func validate(req *rlsv3.RateLimitRequest) error {
 			return fmt.Errorf("descriptor %d has no entries", i)
 		case len(d.Entries) > MaxEntries:
 			return fmt.Errorf("descriptor %d: at most %d entries (got %d)", i, MaxEntries, len(d.Entries))
-		case d.IsNegativeHits:
-			return fmt.Errorf("descriptor %d: is_negative_hits is not supported (a token bucket is not refunded)", i)
 		}
 		for j, e := range d.Entries {
 			switch {
@@ -521,7 +534,7 @@ func (s *Service) buckets(checks []check) []*bucket {
 	for i := range checks {
 		c := &checks[i]
 		r := c.rule
-		if r == nil || r.Unlimited || c.replaced {
+		if r == nil || r.Unlimited || c.replaced || c.refund {
 			continue
 		}
 		var key string
@@ -686,6 +699,51 @@ func (s *Service) run(ctx context.Context, buckets []*bucket, now time.Time, pee
 	return nil
 }
 
+// refunder is a store that gives a cost back without a reservation, capped
+// at capacity: memstore, redisstore, and fallback over either.
+type refunder interface {
+	Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error)
+}
+
+// refund gives back the hits of each descriptor with is_negative_hits to its
+// rule's bucket, after the other descriptors were decided (a request's refund
+// does not admit its own hits), whatever they were decided: a refund is not
+// a check, and its status is OK with the bucket's standing afterwards. The
+// refund is capped at the bucket's capacity: never more than full. A refund
+// to no bucket (no rule, an unlimited or replaced rule, requests_per_unit 0)
+// does nothing, and one of 0 hits looks at the bucket.
+func (s *Service) refund(ctx context.Context, checks []check) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	for i := range checks {
+		c := &checks[i]
+		if !c.refund || c.rule == nil || c.rule.Unlimited || c.replaced || c.lim == nil {
+			continue
+		}
+		b := &bucket{key: c.lim.Key(c.subject), lim: c.lim, subject: c.subject, limit: c.rule.limit, limits: c.lim.Limits(), shadow: c.rule.ShadowMode}
+		c.bucket, c.fits = b, true
+		var err error
+		if c.hits == 0 {
+			b.d, err = c.lim.Peek(ctx, c.subject)
+		} else {
+			rf, ok := s.store.(refunder)
+			if !ok {
+				return fmt.Errorf("envoyrls: is_negative_hits needs a store that refunds: %w", errors.ErrUnsupported)
+			}
+			var r ratelimit.Request
+			if _, r, err = c.lim.Request(c.subject, 1); err == nil {
+				r.Cost = int64(min(c.hits, uint64(c.rule.limit.Capacity)))
+				b.d, err = rf.Refund(ctx, b.key, r)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		c.seen = b.d.Remaining
+	}
+	return nil
+}
+
 // statusOf is a check's descriptor status.
 func (s *Service) statusOf(c *check) *rlsv3.RateLimitResponse_DescriptorStatus {
 	r := c.rule
@@ -694,6 +752,8 @@ func (s *Service) statusOf(c *check) *rlsv3.RateLimitResponse_DescriptorStatus {
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	case r.Unlimited: // never replaced (see ShouldRateLimit)
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: maxUint32}
+	case c.refund && c.bucket == nil: // rpu 0: nothing to give back
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	}
 	b := c.bucket
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: c.override}
@@ -701,6 +761,11 @@ func (s *Service) statusOf(c *check) *rlsv3.RateLimitResponse_DescriptorStatus {
 		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: unitEnum[r.Unit]}
 	}
 	reset := max(b.d.ResetAfter, 0)
+	if c.refund {
+		st.LimitRemaining = uint32(min(max(b.d.Remaining, 0), maxUint32))
+		st.DurationUntilReset = durationpb.New(reset)
+		return st
+	}
 	if c.fits {
 		st.LimitRemaining = uint32(min(c.seen-int64(c.hits), maxUint32))
 	} else {

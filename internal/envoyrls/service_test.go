@@ -422,10 +422,47 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 		}
 	})
 
+	t.Run("is_negative_hits refunds hits_addend, capped at capacity", func(t *testing.T) {
+		f := serve(t, newStore(t), e2eConfig, Headers{})
+		refund := func(hits uint64, pairs ...string) *rlv3.RateLimitDescriptor {
+			d := desc(pairs...)
+			d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(hits), true
+			return d
+		}
+		take := func(hits uint64, pairs ...string) *rlv3.RateLimitDescriptor {
+			d := desc(pairs...)
+			d.HitsAddend = wrapperspb.UInt64(hits)
+			return d
+		}
+		wantStatus(t, "30 hits", f.ask(t, 30, desc("to_number=555")).Statuses[0], ok, 70, 100)
+		wantStatus(t, "a refund of 20", f.ask(t, 0, refund(20, "to_number=555")).Statuses[0], ok, 90, 100)
+		wantStatus(t, "a refund of 50, capped at the capacity", f.ask(t, 0, refund(50, "to_number=555")).Statuses[0], ok, 100, 100)
+		wantStatus(t, "a look", f.ask(t, 0, take(0, "to_number=555")).Statuses[0], ok, 100, 100)
+		// A request's refund is given after its checks: it cannot admit
+		// them. 100 hits on a full bucket fit; 101 never do.
+		r := f.ask(t, 0, take(101, "to_number=555"), refund(100, "to_number=555"))
+		if r.OverallCode != over {
+			t.Errorf("101 hits beside a refund of 100: %v, want OVER_LIMIT", r.OverallCode)
+		}
+		wantStatus(t, "the refund beside a denial", r.Statuses[1], ok, 100, 100)
+		r = f.ask(t, 0, take(100, "to_number=555"), refund(40, "to_number=555"))
+		wantStatus(t, "100 hits beside a refund", r.Statuses[0], ok, 0, 100)
+		wantStatus(t, "a refund of 40 after them", r.Statuses[1], ok, 40, 100)
+		// The refund of hits_addend 0 looks; a refund without a bucket
+		// (no rule, unlimited, rpu 0) does nothing and is OK.
+		wantStatus(t, "a refund of 0", f.ask(t, 0, refund(0, "to_number=555")).Statuses[0], ok, 40, 100)
+		r = f.ask(t, 0, refund(5, "ldap=x"), refund(5, "nothing=here"), refund(5, "remote_address=50.0.0.5"))
+		if r.OverallCode != ok {
+			t.Errorf("refunds without a bucket: %v", r)
+		}
+		// A request-level hits_addend is refunded the same way.
+		d := desc("to_number=555")
+		d.IsNegativeHits = true
+		wantStatus(t, "a refund of the request's 7", f.ask(t, 7, d).Statuses[0], ok, 47, 100)
+	})
+
 	t.Run("malformed requests are INVALID_ARGUMENT", func(t *testing.T) {
 		f := serve(t, newStore(t), e2eConfig, Headers{})
-		neg := desc("a=b")
-		neg.IsNegativeHits = true
 		many := make([]*rlv3.RateLimitDescriptor, MaxDescriptors+1)
 		for i := range many {
 			many[i] = desc("remote_address=x")
@@ -438,7 +475,6 @@ func endToEnd(t *testing.T, newStore func(*testing.T) ratelimit.Store) {
 			{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}},
 			{"a descriptor without entries", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{}}}},
 			{"an empty key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{desc("=v")}}},
-			{"a refund", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{neg}}},
 			{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: many}},
 		} {
 			_, err := f.client.ShouldRateLimit(context.Background(), tc.req)
@@ -520,6 +556,11 @@ func TestConcurrentAllOrNothing(t *testing.T) {
 
 // plain hides a store's ApplyAll, for the sequential path.
 type plain struct{ ratelimit.Store }
+
+// Refund is the store's: plain hides ApplyAll only.
+func (p plain) Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	return p.Store.(refunder).Refund(ctx, key, r)
+}
 
 // TestSequentialPath runs every feature on a store without ApplyAll: one
 // client at a time, the peek-then-take path is all or nothing too.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -16,7 +17,6 @@ import (
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/config"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
-	"github.com/exactlimit/ratelimit/internal/units"
 )
 
 // maxLoggedError bounds an error message in a log line.
@@ -82,14 +82,22 @@ func isJSON(r *http.Request) bool {
 
 // apiFields are the field names of APIRequest, exactly as they must be
 // spelled.
-var apiFields = map[string]bool{"namespace": true, "subject": true, "cost": true}
+var apiFields = []string{"namespace", "subject", "cost"}
+
+// fieldList writes fields as a list in words: "namespace, subject and cost".
+func fieldList(fields []string) string {
+	if len(fields) < 2 {
+		return strings.Join(fields, "")
+	}
+	return strings.Join(fields[:len(fields)-1], ", ") + " and " + fields[len(fields)-1]
+}
 
 // strictFields checks a JSON object's top-level field names: each must be
-// one of APIRequest's, spelled exactly (encoding/json would match "Subject"
-// or "SUBJECT" too), and none may appear twice (encoding/json keeps the
+// one of fields, spelled exactly (encoding/json would match "Subject" or
+// "SUBJECT" too), and none may appear twice (encoding/json keeps the
 // last). It returns nil for input that is not an object: the decoder
 // reports that.
-func strictFields(data []byte) error {
+func strictFields(data []byte, fields []string) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil
@@ -107,8 +115,8 @@ func strictFields(data []byte) error {
 		switch {
 		case seen[name]:
 			return fmt.Errorf("field %q appears twice", name)
-		case !apiFields[name]:
-			return fmt.Errorf("unknown field %q (the fields are namespace, subject and cost, in lower case)", name)
+		case !slices.Contains(fields, name):
+			return fmt.Errorf("unknown field %q (the fields are %s, in lower case)", name, fieldList(fields))
 		}
 		seen[name] = true
 		var skip json.RawMessage
@@ -119,11 +127,12 @@ func strictFields(data []byte) error {
 	return nil
 }
 
-// readBody reads a request body of at most MaxBodyBytes, or returns the
-// status and message of why it cannot. The body must be valid UTF-8: JSON
+// readBody reads a request body of at most MaxBodyBytes, holding the top-level
+// fields named in fields at most, or returns the status and message of why
+// it cannot. The body must be valid UTF-8: JSON
 // decoding turns every invalid byte into U+FFFD, and two subjects would
 // share a bucket.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, string) {
+func readBody(w http.ResponseWriter, r *http.Request, fields []string) ([]byte, int, string) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	var mbe *http.MaxBytesError
 	switch {
@@ -134,7 +143,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, string) {
 	case !utf8.Valid(data):
 		return nil, http.StatusBadRequest, "the body is not valid UTF-8"
 	}
-	if err := strictFields(data); err != nil {
+	if err := strictFields(data, fields); err != nil {
 		return nil, http.StatusBadRequest, err.Error()
 	}
 	return data, 0, ""
@@ -228,8 +237,8 @@ func (s *Service) serveConfig(w http.ResponseWriter, r *http.Request) {
 	}
 	set := s.policies.Load()
 	ns := make(map[string]Policy, len(set.limits))
-	for name, l := range set.limits {
-		ns[name] = Policy{l.Capacity, l.RefillTokens, units.Format(l.RefillPeriod)}
+	for name, pol := range set.limits {
+		ns[name] = namespacePolicy(pol)
 	}
 	out := map[string]any{
 		"namespaces": ns,

@@ -35,7 +35,7 @@ func post(t *testing.T, base, path, contentType, body string, hdr ...string) (in
 }
 
 func TestInvalidUTF8SubjectsDoNotShareABucket(t *testing.T) {
-	s, _, _ := newService(t, Options{Policies: config.Policies{"default": ratelimit.PerMinute(1)}})
+	s, _, _ := newService(t, Options{Policies: config.Policies{"default": {Requests: ratelimit.PerMinute(1)}}})
 	base := testkit.Serve(t, s.Handler())
 	for _, body := range []string{
 		"{\"subject\":\"\xff\"}", "{\"subject\":\"\xfe\"}",
@@ -72,7 +72,7 @@ func TestPostNeedsJSONContentType(t *testing.T) {
 }
 
 func TestStrictJSONFields(t *testing.T) {
-	s, _, _ := newService(t, Options{Policies: config.Policies{"default": ratelimit.PerSecond(10), "login": ratelimit.PerMinute(5)}})
+	s, _, _ := newService(t, Options{Policies: config.Policies{"default": {Requests: ratelimit.PerSecond(10)}, "login": {Requests: ratelimit.PerMinute(5)}}})
 	base := testkit.Serve(t, s.Handler())
 	for _, tt := range []struct{ path, body, msg string }{
 		{"/v1/acquire", `{"Subject":"a"}`, `unknown field "Subject"`},
@@ -250,7 +250,7 @@ func TestMetricsBehindTheToken(t *testing.T) {
 
 func TestConfigEndpointAndToken(t *testing.T) {
 	s, _, logs := newService(t, Options{Token: "one", Version: "v1.2.3",
-		Policies: config.Policies{"default": ratelimit.PerSecond(10), "login": ratelimit.PerMinute(5)}})
+		Policies: config.Policies{"default": {Requests: ratelimit.PerSecond(10)}, "login": {Requests: ratelimit.PerMinute(5)}}})
 	h := s.Handler()
 	if res := call(t, h, "GET", "/v1/config", ""); res.code != 401 {
 		t.Errorf("/v1/config without the token: %d", res.code)
@@ -359,7 +359,7 @@ func TestProxyForwardsOnlyTheTrustedChain(t *testing.T) {
 // refuses to reset or acquire in one: it would act on the rule's buckets.
 func TestEnvoyNamespaceReserved(t *testing.T) {
 	const envoyNS = "envoy:4:edge:14:remote_address:0:"
-	bad := config.Policies{"default": ratelimit.PerSecond(10), envoyNS: ratelimit.PerSecond(1)}
+	bad := config.Policies{"default": {Requests: ratelimit.PerSecond(10)}, envoyNS: {Requests: ratelimit.PerSecond(1)}}
 	if _, err := New(Options{Store: memstore.New(), Policies: bad}); !errors.Is(err, ratelimit.ErrInvalidArgument) || !strings.Contains(err.Error(), "reserved") {
 		t.Errorf("New with namespace %q: %v, want a reserved-name invalid argument", envoyNS, err)
 	}

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"time"
-
-	"github.com/exactlimit/ratelimit/internal/units"
 )
 
 // web holds the operator page: its HTML, style and script, served as they
@@ -168,7 +166,7 @@ func (s *Service) Stats(ctx context.Context) StatsReport {
 		bins, total := ns.latency.histogram(step)
 		r.Namespaces = append(r.Namespaces, NamespaceReport{
 			Name:               name,
-			Policy:             Policy{l.Capacity, l.RefillTokens, units.Format(l.RefillPeriod)},
+			Policy:             namespacePolicy(l),
 			Allowed:            ns.allowed.Load(),
 			Denied:             ns.denied.Load(),
 			Errors:             ns.errors.Load(),

@@ -108,7 +108,7 @@ func TestStatsMatchMetrics(t *testing.T) {
 	if r.TopDenied == nil || len(r.TopDenied.Subjects) != 1 || r.TopDenied.Subjects[0] != (DeniedSubject{"default", "alice", 3, 0}) {
 		t.Errorf("top denied: %+v", r.TopDenied)
 	}
-	if ns.Policy != (Policy{10, 10, "1s"}) {
+	if ns.Policy != (Policy{Capacity: 10, RefillTokens: 10, RefillPeriod: "1s"}) {
 		t.Errorf("policy %+v", ns.Policy)
 	}
 }

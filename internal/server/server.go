@@ -1,10 +1,10 @@
 // Package server is the HTTP decision service of the ratelimit command: the
-// JSON API (POST /v1/acquire, /v1/peek, /v1/reset, GET /v1/config), /healthz
-// (liveness), /readyz (readiness), /metrics, an operator page (GET /, reading
-// GET /v1/stats; see Stats), and a rate-limiting reverse proxy built on
-// package httplimit.
+// JSON API (POST /v1/acquire, /v1/peek, /v1/reset, /v1/reserve, /v1/settle,
+// GET /v1/config), /healthz (liveness), /readyz (readiness), /metrics, an
+// operator page (GET /, reading GET /v1/stats; see Stats), and a
+// rate-limiting reverse proxy built on package httplimit.
 //
-// Policies are a set of namespaces, each with its limit (package config),
+// Policies are a set of namespaces, each with its limits (package config),
 // swapped atomically by SetPolicies: a check decided during a reload uses
 // either the old set or the new one, and buckets carry over by the library's
 // policy-change rule. The Service is safe for simultaneous use by multiple
@@ -32,7 +32,6 @@ import (
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
-	"github.com/exactlimit/ratelimit/internal/keyfmt"
 	"github.com/exactlimit/ratelimit/internal/units"
 )
 
@@ -208,7 +207,7 @@ func (s *Service) SetPolicies(p config.Policies) error {
 		}
 	}
 	set := &policySet{limits: make(config.Policies, len(p)), limiters: make(map[string]*ratelimit.Limiter[string], len(p))}
-	for ns, l := range p {
+	for ns, pol := range p {
 		if err := reservedName(ns); err != nil {
 			return fmt.Errorf("namespace %q: %w", ns, err)
 		}
@@ -216,11 +215,11 @@ func (s *Service) SetPolicies(p config.Policies) error {
 		if s.clock != nil {
 			opts = append(opts, ratelimit.WithClock(s.clock))
 		}
-		lim, err := ratelimit.New[string](s.store, l, opts...)
+		lim, err := ratelimit.NewMulti[string](s.store, pol.Limits(), opts...)
 		if err != nil {
 			return fmt.Errorf("namespace %q: %w", ns, err)
 		}
-		set.limits[ns] = l
+		set.limits[ns] = pol
 		set.limiters[ns] = lim
 	}
 	s.policies.Store(set)
@@ -325,15 +324,15 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 	case opReset:
 		err = lim.Reset(ctx, subject)
 	}
-	if err != nil && !errors.Is(err, ratelimit.ErrInvalidArgument) && !errors.Is(err, context.Canceled) {
-		s.errLog.log(s.log, "check failed", "op", string(o), "namespace", ns,
-			"subject", keyfmt.Hash(subject), "err", redactErr(err, lim.Key(subject), ns, subject))
+	if err != nil {
+		s.logFailure(string(o), lim, subject, err)
 	}
 	return d, lim, err
 }
 
-// Handler returns the service's HTTP API: POST /v1/acquire, /v1/peek and
-// /v1/reset (with Content-Type application/json, else 415), GET /v1/config,
+// Handler returns the service's HTTP API: POST /v1/acquire, /v1/peek,
+// /v1/reset, /v1/reserve and /v1/settle (with Content-Type
+// application/json, else 415), GET /v1/config,
 // GET /v1/stats, /healthz (liveness), /readyz (readiness) and /metrics, and
 // the operator page, GET / with its /page.css and /page.js. /v1/ and
 // /metrics need the token when there is one; the page holds no figure and is served to anyone,
@@ -349,6 +348,8 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("/v1/acquire", s.api(opAcquire))
 	mux.Handle("/v1/peek", s.api(opPeek))
 	mux.Handle("/v1/reset", s.api(opReset))
+	mux.HandleFunc("/v1/reserve", s.reserve)
+	mux.HandleFunc("/v1/settle", s.settle)
 	mux.HandleFunc("/v1/stats", s.serveStats)
 	mux.HandleFunc("/healthz", s.healthz)
 	mux.HandleFunc("/readyz", s.readyz)
@@ -364,9 +365,10 @@ type APIRequest struct {
 	Namespace string `json:"namespace"`
 	// Subject is whose bucket to use: a user, an API key, an IP address.
 	Subject string `json:"subject"`
-	// Cost is the tokens acquire takes (default 1). When set it must be
-	// 1 up to the namespace's capacity for every operation; peek and reset
-	// ignore its value.
+	// Cost is the tokens acquire takes (default 1), from each of the
+	// namespace's limits. When set it must be 1 up to the namespace's
+	// capacity (the smaller one, with a token_limit) for every operation;
+	// peek and reset ignore its value.
 	Cost *int64 `json:"cost"`
 }
 
@@ -374,8 +376,9 @@ type APIRequest struct {
 type Decision struct {
 	Allowed   bool   `json:"allowed"`
 	Namespace string `json:"namespace"`
-	Subject   string `json:"subject"`
-	Cost      int64  `json:"cost,omitempty"`
+	// Subject is absent from a settle's answer: the token names it.
+	Subject string `json:"subject,omitempty"`
+	Cost    int64  `json:"cost,omitempty"`
 	// Remaining is the whole tokens left after the check.
 	Remaining int64 `json:"remaining"`
 	// Limit is the capacity of the policy that bound the decision.
@@ -389,6 +392,12 @@ type Decision struct {
 	// "fail-closed" or "cache".
 	Source string  `json:"source"`
 	Policy *Policy `json:"policy,omitempty"`
+	// Costs is a reserve's estimate when it gives one cost per limit.
+	Costs []int64 `json:"costs,omitempty"`
+	// Token is the reservation of an allowed /v1/reserve, to settle, and
+	// TTLMs its lifetime in milliseconds.
+	Token string `json:"token,omitempty"`
+	TTLMs int64  `json:"ttl_ms,omitempty"`
 	// Error is set when the decision was not enforced and the request was
 	// denied: the store could not be reached.
 	Error string `json:"error,omitempty"`
@@ -399,6 +408,25 @@ type Policy struct {
 	Capacity     int64  `json:"capacity"`
 	RefillTokens int64  `json:"refill_tokens"`
 	RefillPeriod string `json:"refill_period"`
+	// Tokens is a namespace's token_limit, in GET /v1/config and the
+	// operator page's figures; nil elsewhere and without one.
+	Tokens *Policy `json:"tokens,omitempty"`
+}
+
+// limitPolicy is the JSON form of l.
+func limitPolicy(l ratelimit.Limit) Policy {
+	return Policy{Capacity: l.Capacity, RefillTokens: l.RefillTokens, RefillPeriod: units.Format(l.RefillPeriod)}
+}
+
+// namespacePolicy is the JSON form of a namespace's limits: its rate_limit,
+// with its token_limit as Tokens.
+func namespacePolicy(p config.Policy) Policy {
+	out := limitPolicy(p.Requests)
+	if p.HasTokens() {
+		t := limitPolicy(p.Tokens)
+		out.Tokens = &t
+	}
+	return out
 }
 
 // NewDecision returns the JSON form of d for subject in namespace ns.
@@ -415,7 +443,8 @@ func NewDecision(ns, subject string, cost int64, d ratelimit.Decision) Decision 
 		Source:       d.Source.String(),
 	}
 	if d.Limit.Validate() == nil {
-		out.Policy = &Policy{d.Limit.Capacity, d.Limit.RefillTokens, units.Format(d.Limit.RefillPeriod)}
+		p := limitPolicy(d.Limit)
+		out.Policy = &p
 	}
 	return out
 }
@@ -431,18 +460,7 @@ func ceilMillis(d time.Duration) int64 {
 func (s *Service) api(o op) http.Handler {
 	path := "/v1/" + string(o)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			s.fail(w, path, http.StatusMethodNotAllowed, fmt.Sprintf("%s wants POST, not %s", path, r.Method))
-			return
-		}
-		if !s.authorized(r) {
-			s.unauthorized(w, r, path)
-			return
-		}
-		if !isJSON(r) {
-			w.Header().Set("Accept", "application/json")
-			s.fail(w, path, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+		if !s.begin(w, r, path) {
 			return
 		}
 		req, code, msg := s.decode(w, r)
@@ -450,46 +468,25 @@ func (s *Service) api(o op) http.Handler {
 			s.fail(w, path, code, msg)
 			return
 		}
-		ns := req.Namespace
-		if ns == "" {
-			ns = config.DefaultNamespace
-		}
-		if err := reservedName(ns); err != nil {
-			s.fail(w, path, http.StatusBadRequest, err.Error())
-			return
-		}
-		set := s.policies.Load()
-		limit, ok := set.limits[ns]
+		ns, pol, ok := s.lookup(w, path, req.Namespace)
 		if !ok {
-			s.fail(w, path, http.StatusNotFound, fmt.Sprintf("unknown namespace %q (known: %s)", ns, knownNames(set)))
 			return
 		}
 		cost := int64(1)
 		if req.Cost != nil {
 			cost = *req.Cost
+			capacity := pol.MaxCost()
 			switch {
 			case cost < 1:
 				s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("cost must be at least 1 (got %d)", cost))
 				return
-			case cost > limit.Capacity:
-				s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("cost %d exceeds the capacity %d of namespace %q: it could never be allowed", cost, limit.Capacity, ns))
+			case cost > capacity:
+				s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("cost %d exceeds the capacity %d of namespace %q: it could never be allowed", cost, capacity, ns))
 				return
 			}
 		}
 		d, lim, err := s.check(r.Context(), o, ns, req.Subject, cost)
-		switch {
-		case errors.Is(err, errUnknownNamespace):
-			// Removed by a reload since the lookup above.
-			s.fail(w, path, http.StatusNotFound, fmt.Sprintf("unknown namespace %q", ns))
-			return
-		case errors.Is(err, ratelimit.ErrInvalidArgument):
-			s.fail(w, path, http.StatusBadRequest, strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": "))
-			return
-		case err != nil && r.Context().Err() != nil:
-			return // the client is gone
-		case err != nil:
-			w.Header().Set("Retry-After", "1")
-			s.fail(w, path, http.StatusServiceUnavailable, "rate limit store unavailable")
+		if s.failed(w, r, path, ns, err) {
 			return
 		}
 		if o == opReset {
@@ -500,41 +497,124 @@ func (s *Service) api(o op) http.Handler {
 			cost = 0
 		}
 		out := NewDecision(ns, req.Subject, cost, d)
-		code = http.StatusOK
-		switch {
-		case !d.Enforced() && !d.Allowed:
-			code = http.StatusServiceUnavailable
-			out.Error = "rate limit store unavailable; failing closed"
-			w.Header().Set("Retry-After", "1")
-		case !d.Enforced():
-		default:
-			httplimit.SetHeaders(w.Header(), ns, lim.Limits(), d, s.now())
-			if !d.Allowed && o == opAcquire {
-				code = http.StatusTooManyRequests
-				w.Header().Set("Retry-After", fmt.Sprint(max(1, (out.RetryAfterMs+999)/1000)))
-			}
-		}
-		s.reply(w, path, code, out)
+		s.answer(r.Context(), w, path, lim, req.Subject, &out, d, o == opAcquire)
 	})
+}
+
+// failed answers err, an operation's error, and returns true; it returns
+// false when err is nil. A namespace removed by a reload since the request
+// was read is a 404, an invalid argument a 400, a store that cannot answer
+// a 503 with Retry-After: 1; a client that is gone gets nothing.
+func (s *Service) failed(w http.ResponseWriter, r *http.Request, path, ns string, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, errUnknownNamespace):
+		s.fail(w, path, http.StatusNotFound, fmt.Sprintf("unknown namespace %q", ns))
+	case errors.Is(err, ratelimit.ErrInvalidArgument):
+		s.fail(w, path, http.StatusBadRequest, strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": "))
+	case r.Context().Err() != nil:
+		// the client is gone
+	default:
+		w.Header().Set("Retry-After", "1")
+		s.fail(w, path, http.StatusServiceUnavailable, "rate limit store unavailable")
+	}
+	return true
+}
+
+// answer writes out, the JSON form of d, a decision for subject ("" when
+// unknown) under lim, a namespace's limiter, with the rate-limit headers of
+// an enforced decision (and OpenAI's, for a namespace of requests and
+// tokens, when the subject is known): 200, or 429 with Retry-After when
+// deny says a denial is answered so. A decision not enforced carries no
+// header; denied, it is a 503.
+func (s *Service) answer(ctx context.Context, w http.ResponseWriter, path string, lim *ratelimit.Limiter[string], subject string, out *Decision, d ratelimit.Decision, deny bool) {
+	code := http.StatusOK
+	switch {
+	case !d.Enforced() && !d.Allowed:
+		code = http.StatusServiceUnavailable
+		out.Error = "rate limit store unavailable; failing closed"
+		w.Header().Set("Retry-After", "1")
+	case !d.Enforced():
+	default:
+		httplimit.SetHeaders(w.Header(), lim.Namespace(), lim.Limits(), d, s.now())
+		if len(lim.Limits()) == 2 && subject != "" {
+			s.openAIHeaders(ctx, w.Header(), lim, subject)
+		}
+		if !d.Allowed && deny {
+			code = http.StatusTooManyRequests
+			w.Header().Set("Retry-After", fmt.Sprint(max(1, (ceilMillis(d.RetryAfter)+999)/1000)))
+		}
+	}
+	s.reply(w, path, code, out)
+}
+
+// begin checks what every POST of the API needs: the method, the token and
+// the Content-Type. When one is wrong it answers and returns false.
+func (s *Service) begin(w http.ResponseWriter, r *http.Request, path string) bool {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		s.fail(w, path, http.StatusMethodNotAllowed, fmt.Sprintf("%s wants POST, not %s", path, r.Method))
+		return false
+	}
+	if !s.authorized(r) {
+		s.unauthorized(w, r, path)
+		return false
+	}
+	if !isJSON(r) {
+		w.Header().Set("Accept", "application/json")
+		s.fail(w, path, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+		return false
+	}
+	return true
+}
+
+// lookup finds namespace name ("" for config.DefaultNamespace) among the
+// policies in force. When there is none it answers (400 for a reserved name,
+// 404 for an unknown one) and returns false.
+func (s *Service) lookup(w http.ResponseWriter, path, name string) (string, config.Policy, bool) {
+	if name == "" {
+		name = config.DefaultNamespace
+	}
+	if err := reservedName(name); err != nil {
+		s.fail(w, path, http.StatusBadRequest, err.Error())
+		return name, config.Policy{}, false
+	}
+	set := s.policies.Load()
+	pol, ok := set.limits[name]
+	if !ok {
+		s.fail(w, path, http.StatusNotFound, fmt.Sprintf("unknown namespace %q (known: %s)", name, knownNames(set)))
+	}
+	return name, pol, ok
 }
 
 // decode reads an APIRequest, or returns the status and message of why it
 // cannot.
 func (s *Service) decode(w http.ResponseWriter, r *http.Request) (req APIRequest, code int, msg string) {
-	data, code, msg := readBody(w, r)
-	if code != 0 {
+	if code, msg = decodeBody(w, r, &req, apiFields); code != 0 {
 		return req, code, msg
+	}
+	code, msg = checkSubject(req.Subject)
+	return req, code, msg
+}
+
+// decodeBody reads the body into v, a pointer to a struct of the fields
+// named in fields, or returns the status and message of why it cannot.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, fields []string) (code int, msg string) {
+	data, code, msg := readBody(w, r, fields)
+	if code != 0 {
+		return code, msg
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(&req)
+	err := dec.Decode(v)
 	if err == nil {
 		if _, err2 := dec.Token(); !errors.Is(err2, io.EOF) {
 			var mbe *http.MaxBytesError
 			if errors.As(err2, &mbe) {
 				err = err2
 			} else {
-				return req, http.StatusBadRequest, "the body must hold one JSON object and nothing after it"
+				return http.StatusBadRequest, "the body must hold one JSON object and nothing after it"
 			}
 		}
 	}
@@ -544,33 +624,39 @@ func (s *Service) decode(w http.ResponseWriter, r *http.Request) (req APIRequest
 		var typ *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &mbe):
-			return req, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit)
+			return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit)
 		case errors.Is(err, io.EOF):
-			return req, http.StatusBadRequest, `empty body; send JSON such as {"subject": "alice"}`
+			return http.StatusBadRequest, fmt.Sprintf("empty body; send a JSON object of %s", fieldList(fields))
 		case errors.Is(err, io.ErrUnexpectedEOF):
-			return req, http.StatusBadRequest, "malformed JSON: the body ends in the middle of a value"
+			return http.StatusBadRequest, "malformed JSON: the body ends in the middle of a value"
 		case errors.As(err, &syn):
-			return req, http.StatusBadRequest, fmt.Sprintf("malformed JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
+			return http.StatusBadRequest, fmt.Sprintf("malformed JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
 		case errors.As(err, &typ):
 			if typ.Field == "" {
-				return req, http.StatusBadRequest, fmt.Sprintf("the body must be a JSON object, not %s", typ.Value)
+				return http.StatusBadRequest, fmt.Sprintf("the body must be a JSON object, not %s", typ.Value)
 			}
-			return req, http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
+			return http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
 		default:
-			return req, http.StatusBadRequest, strings.TrimPrefix(err.Error(), "json: ")
+			return http.StatusBadRequest, strings.TrimPrefix(err.Error(), "json: ")
 		}
 	}
+	return 0, ""
+}
+
+// checkSubject returns the status and message of why subject cannot name a
+// bucket, or 0.
+func checkSubject(subject string) (code int, msg string) {
 	switch {
-	case req.Subject == "":
-		return req, http.StatusBadRequest, `subject is required, e.g. {"subject": "alice"}`
-	case len(req.Subject) > MaxSubjectBytes:
-		return req, http.StatusBadRequest, fmt.Sprintf("subject is longer than %d bytes", MaxSubjectBytes)
-	case strings.ContainsRune(req.Subject, utf8.RuneError):
+	case subject == "":
+		return http.StatusBadRequest, `subject is required, e.g. {"subject": "alice"}`
+	case len(subject) > MaxSubjectBytes:
+		return http.StatusBadRequest, fmt.Sprintf("subject is longer than %d bytes", MaxSubjectBytes)
+	case strings.ContainsRune(subject, utf8.RuneError):
 		// Lone surrogate escapes ("\ud800") decode to U+FFFD as invalid
 		// bytes do: refused, so that no two subjects share a bucket.
-		return req, http.StatusBadRequest, "subject holds U+FFFD or a lone surrogate escape; send valid UTF-8"
+		return http.StatusBadRequest, "subject holds U+FFFD or a lone surrogate escape; send valid UTF-8"
 	}
-	return req, 0, ""
+	return 0, ""
 }
 
 func jsonKind(k string) string {

@@ -130,7 +130,7 @@ func TestAcquireUntilDenied(t *testing.T) {
 }
 
 func TestPeekAndReset(t *testing.T) {
-	s, _, _ := newService(t, Options{Policies: config.Policies{"default": ratelimit.PerMinute(2)}})
+	s, _, _ := newService(t, Options{Policies: config.Policies{"default": {Requests: ratelimit.PerMinute(2)}}})
 	h := s.Handler()
 	call(t, h, "POST", "/v1/acquire", `{"subject":"a","cost":2}`)
 	res := call(t, h, "POST", "/v1/peek", `{"subject":"a"}`)
@@ -150,7 +150,7 @@ func TestPeekAndReset(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	s, _, _ := newService(t, Options{Policies: config.Policies{"default": ratelimit.PerSecond(10), "login": ratelimit.PerMinute(5)}})
+	s, _, _ := newService(t, Options{Policies: config.Policies{"default": {Requests: ratelimit.PerSecond(10)}, "login": {Requests: ratelimit.PerMinute(5)}}})
 	h := s.Handler()
 	huge := `{"subject":"` + strings.Repeat("x", MaxBodyBytes) + `"}`
 	tests := []struct {
@@ -235,7 +235,7 @@ func TestReload(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "requests_per_unit must be at least 1") {
 		t.Fatalf("bad reload: %v", err)
 	}
-	if got := s.Policies()["login"]; got != ratelimit.PerMinute(1) {
+	if got := s.Policies()["login"].Requests; got != ratelimit.PerMinute(1) {
 		t.Errorf("after a bad reload login = %v, want the old PerMinute(1)", got)
 	}
 	if !strings.Contains(logs.String(), "config reload refused; keeping the previous policies") ||
@@ -367,7 +367,7 @@ func TestProxy(t *testing.T) {
 	}))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	s, _, _ := newService(t, Options{Policies: config.Policies{"default": ratelimit.PerSecond(10), "web": ratelimit.PerMinute(2)}})
+	s, _, _ := newService(t, Options{Policies: config.Policies{"default": {Requests: ratelimit.PerSecond(10)}, "web": {Requests: ratelimit.PerMinute(2)}}})
 	p, err := s.Proxy(ProxyOptions{Upstream: u, Namespace: "web", Middleware: []httplimit.Option{httplimit.WithJSON()}})
 	if err != nil {
 		t.Fatal(err)
@@ -394,7 +394,7 @@ func TestProxy(t *testing.T) {
 	if got := metric(t, s.Handler(), decisions("web", "denied", "store")); got != "1" {
 		t.Errorf("proxy denials counted %s, want 1", got)
 	}
-	if err := s.SetPolicies(config.Policies{"default": ratelimit.PerSecond(1)}); err == nil || !strings.Contains(err.Error(), `"web" limits the proxied requests`) {
+	if err := s.SetPolicies(config.Policies{"default": {Requests: ratelimit.PerSecond(1)}}); err == nil || !strings.Contains(err.Error(), `"web" limits the proxied requests`) {
 		t.Errorf("removing the proxy's namespace: %v", err)
 	}
 	if _, err := s.Proxy(ProxyOptions{Upstream: u, Namespace: "nope"}); err == nil || !strings.Contains(err.Error(), `unknown namespace "nope"`) {

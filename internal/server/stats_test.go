@@ -349,7 +349,7 @@ func TestStatsStoreAndReload(t *testing.T) {
 	if r.Reload == nil || r.Reload.Result != "ok" || r.Reload.Error != "" || !r.Reload.At.Equal(c.Now()) {
 		t.Errorf("after a good reload: %+v", r.Reload)
 	}
-	if len(r.Namespaces) != 2 || r.Namespaces[1].Name != "login" || r.Namespaces[1].Policy != (Policy{5, 5, "1m"}) {
+	if len(r.Namespaces) != 2 || r.Namespaces[1].Name != "login" || r.Namespaces[1].Policy != (Policy{Capacity: 5, RefillTokens: 5, RefillPeriod: "1m"}) {
 		t.Errorf("namespaces after the reload: %+v", r.Namespaces)
 	}
 }

@@ -1,0 +1,220 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/httplimit"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
+)
+
+// Bounds on a reservation's lifetime (ReserveRequest.TTLMs).
+const (
+	// DefaultReservationTTL is the lifetime of a reservation that names
+	// none: longer than a long completion of a language model.
+	DefaultReservationTTL = 5 * time.Minute
+	// MaxReservationTTL bounds a lifetime, and with it how long the store
+	// keeps the record of a reservation never settled.
+	MaxReservationTTL = time.Hour
+)
+
+// MaxTokenBytes bounds a reservation token in a settle: a subject of
+// MaxSubjectBytes in base64, and the id.
+const MaxTokenBytes = 2 * MaxSubjectBytes
+
+// Counts is a count for every limit of a namespace (a JSON number) or one
+// per limit, in the order of the namespace's limits, requests then tokens
+// (a JSON array): 1 or [1, 500].
+type Counts []int64
+
+// UnmarshalJSON reads a number or an array of numbers.
+func (c *Counts) UnmarshalJSON(b []byte) error {
+	var one int64
+	if err := json.Unmarshal(b, &one); err == nil {
+		*c = Counts{one}
+		return nil
+	}
+	var each []int64
+	if err := json.Unmarshal(b, &each); err != nil || len(each) == 0 {
+		return errors.New("a count must be a whole number, or an array of one per limit, such as 500 or [1, 500]")
+	}
+	*c = each
+	return nil
+}
+
+// ReserveRequest is the body of POST /v1/reserve.
+type ReserveRequest struct {
+	// Namespace names the policy; empty means config.DefaultNamespace.
+	Namespace string `json:"namespace"`
+	// Subject is whose bucket to reserve from.
+	Subject string `json:"subject"`
+	// Cost is the estimate (default 1): one cost for every limit, or one
+	// per limit ([1, 500] for a request of 500 tokens), each between 1
+	// and its limit's capacity.
+	Cost Counts `json:"cost"`
+	// TTLMs is the reservation's lifetime in milliseconds, 1 up to
+	// MaxReservationTTL (default DefaultReservationTTL): not settled by
+	// then, it is kept as taken.
+	TTLMs *int64 `json:"ttl_ms"`
+}
+
+var reserveFields = []string{"namespace", "subject", "cost", "ttl_ms"}
+
+// SettleRequest is the body of POST /v1/settle.
+type SettleRequest struct {
+	// Namespace is the namespace the reservation was made in.
+	Namespace string `json:"namespace"`
+	// Token is the reservation, as /v1/reserve returned it.
+	Token string `json:"token"`
+	// Used is what the work used: one count for every limit, or one per
+	// limit ([1, 480]); 0 gives the whole reservation back.
+	Used Counts `json:"used"`
+}
+
+var settleFields = []string{"namespace", "token", "used"}
+
+// reserve is POST /v1/reserve: reserve an estimate from a subject's bucket,
+// answered as /v1/acquire answers, with the reservation's token when it is
+// allowed.
+func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
+	const path = "/v1/reserve"
+	if !s.begin(w, r, path) {
+		return
+	}
+	var req ReserveRequest
+	if code, msg := decodeBody(w, r, &req, reserveFields); code != 0 {
+		s.fail(w, path, code, msg)
+		return
+	}
+	if code, msg := checkSubject(req.Subject); code != 0 {
+		s.fail(w, path, code, msg)
+		return
+	}
+	ns, _, ok := s.lookup(w, path, req.Namespace)
+	if !ok {
+		return
+	}
+	ttl := DefaultReservationTTL
+	if req.TTLMs != nil {
+		if ms := *req.TTLMs; ms < 1 || ms > MaxReservationTTL.Milliseconds() {
+			s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("ttl_ms must be between 1 and %d (got %d)", MaxReservationTTL.Milliseconds(), ms))
+			return
+		}
+		ttl = time.Duration(*req.TTLMs) * time.Millisecond
+	}
+	costs := []int64(req.Cost)
+	if costs == nil {
+		costs = []int64{1}
+	}
+	lim := s.policies.Load().limiters[ns]
+	if lim == nil {
+		s.failed(w, r, path, ns, errUnknownNamespace)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+	rv, err := lim.Reserve(ctx, req.Subject, ttl, costs...)
+	cancel()
+	if err != nil {
+		s.logFailure("reserve", lim, req.Subject, err)
+	}
+	if s.failed(w, r, path, ns, err) {
+		return
+	}
+	d := rv.Decision
+	out := NewDecision(ns, req.Subject, 0, d)
+	if len(costs) == 1 {
+		out.Cost = costs[0]
+	} else {
+		out.Costs = costs
+	}
+	if d.Enforced() && rv.Token() != "" {
+		// An outage behaviour that admits without a bucket took nothing:
+		// there is nothing to settle.
+		out.Token, out.TTLMs = rv.Token(), ttl.Milliseconds()
+	}
+	s.answer(r.Context(), w, path, lim, req.Subject, &out, d, true)
+}
+
+// settle is POST /v1/settle: settle a reservation with what the work used,
+// answered with the subject's standing afterwards (200, as /v1/peek
+// answers). A reservation that is no longer held (settled or cancelled
+// already, expired, or of another namespace) is a 409.
+func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
+	const path = "/v1/settle"
+	if !s.begin(w, r, path) {
+		return
+	}
+	var req SettleRequest
+	if code, msg := decodeBody(w, r, &req, settleFields); code != 0 {
+		s.fail(w, path, code, msg)
+		return
+	}
+	switch {
+	case req.Token == "":
+		s.fail(w, path, http.StatusBadRequest, `token is required: the token /v1/reserve returned`)
+		return
+	case len(req.Token) > MaxTokenBytes:
+		s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("token is longer than %d bytes: not a reservation token", MaxTokenBytes))
+		return
+	case req.Used == nil:
+		s.fail(w, path, http.StatusBadRequest, `used is required: what the work used, such as 480, or [1, 480] for a request of 480 tokens; 0 gives the reservation back`)
+		return
+	}
+	ns, _, ok := s.lookup(w, path, req.Namespace)
+	if !ok {
+		return
+	}
+	lim := s.policies.Load().limiters[ns]
+	if lim == nil {
+		s.failed(w, r, path, ns, errUnknownNamespace)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+	d, err := lim.Settle(ctx, req.Token, req.Used...)
+	cancel()
+	if errors.Is(err, ratelimit.ErrNotReserved) {
+		s.fail(w, path, http.StatusConflict, "no such reservation in namespace "+fmt.Sprintf("%q", ns)+": it was settled or cancelled already, or it expired")
+		return
+	}
+	if err != nil {
+		s.logFailure("settle", lim, "", err)
+	}
+	if s.failed(w, r, path, ns, err) {
+		return
+	}
+	out := NewDecision(ns, "", 0, d)
+	s.answer(r.Context(), w, path, lim, "", &out, d, false)
+}
+
+// logFailure logs an operation's error that is not the request's own, at
+// most a line a second, naming subject ("" when unknown) by its hash.
+func (s *Service) logFailure(op string, lim *ratelimit.Limiter[string], subject string, err error) {
+	if errors.Is(err, ratelimit.ErrInvalidArgument) || errors.Is(err, context.Canceled) {
+		return
+	}
+	ns := lim.Namespace()
+	args := []any{"op", op, "namespace", ns}
+	key := ""
+	if subject != "" {
+		args = append(args, "subject", keyfmt.Hash(subject))
+		key = lim.Key(subject)
+	}
+	s.errLog.log(s.log, "check failed", append(args, "err", redactErr(err, key, ns, subject))...)
+}
+
+// openAIHeaders sets OpenAI's rate-limit headers for subject under lim,
+// a namespace of requests and tokens (see httplimit.SetOpenAIHeaders),
+// bounded by the service's timeout. When the store does not answer, the
+// answer goes without them.
+func (s *Service) openAIHeaders(ctx context.Context, h http.Header, lim *ratelimit.Limiter[string], subject string) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := httplimit.SetOpenAIHeaders(ctx, h, lim, subject); err != nil {
+		s.logFailure("peek", lim, subject, err)
+	}
+}
