@@ -58,10 +58,14 @@ const (
 	// SourceCache: a local cache of recent denials denied the request without
 	// asking the store.
 	SourceCache
+	// SourceLease: this process admitted or denied the request from its
+	// lease of the subject's tokens, without asking the store (see
+	// WithLeases).
+	SourceLease
 )
 
 // String returns the source's name: "store", "local", "fail-open",
-// "fail-closed" or "cache".
+// "fail-closed", "cache" or "lease".
 func (s Source) String() string {
 	switch s {
 	case SourceStore:
@@ -74,6 +78,8 @@ func (s Source) String() string {
 		return "fail-closed"
 	case SourceCache:
 		return "cache"
+	case SourceLease:
+		return "lease"
 	}
 	return "unknown"
 }

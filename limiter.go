@@ -29,6 +29,7 @@ type Limiter[K any] struct {
 	split  splitStore                                 // store, when it takes keys in two parts
 	cache  *denyCache                                 // nil without WithDenyCache
 	obs    Observer                                   // nil without WithObserver
+	leases *leases                                    // nil without WithLeases
 	sleep  func(context.Context, time.Duration) error // Wait's sleep
 	jitter func(n int64) int64                        // Wait's jitter, in [0, n)
 }
@@ -50,6 +51,7 @@ type options struct {
 	denyCache int
 	observer  Observer
 	sleep     func(context.Context, time.Duration) error
+	leases    time.Duration // the lifetime of WithLeases, 0 without
 	errs      []error
 }
 
@@ -201,6 +203,12 @@ func NewEncoded[K any](store Store, encode func(K) string, limits []Limit, opts 
 	if o.denyCache > 0 {
 		l.cache = newDenyCache(o.denyCache)
 	}
+	if o.leases > 0 {
+		var err error
+		if l.leases, err = newLeases(store, o.leases, l.minCap); err != nil {
+			return nil, err
+		}
+	}
 	return l, nil
 }
 
@@ -218,6 +226,9 @@ func (l *Limiter[K]) TryAcquire(ctx context.Context, subject K) (Decision, error
 // invalid cost or subject is an error wrapping ErrInvalidArgument, returned
 // before the store is called.
 func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (Decision, error) {
+	if l.leases != nil {
+		return l.acquireLeased(ctx, subject, cost)
+	}
 	if l.split != nil && l.cache == nil && l.obs == nil {
 		// The store takes the key in two parts: no key is built.
 		var now time.Time

@@ -109,7 +109,7 @@ func (l *Limiter[K]) Reserve(ctx context.Context, subject K, ttl time.Duration, 
 	l.decided(ctx, key, largest(costs), false, d, start)
 	rv := &Reservation{Decision: d, settle: l.settleToken}
 	if d.Allowed {
-		rv.token = id + "." + base64.RawURLEncoding.EncodeToString([]byte(enc))
+		rv.token = reservationToken(id, enc)
 	}
 	return rv, nil
 }
@@ -214,6 +214,12 @@ func newReservationID() string {
 	var b [16]byte
 	rand.Read(b[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// reservationToken is the token of reservation id on the encoded subject
+// enc: the id, a dot, and enc in base64url.
+func reservationToken(id, enc string) string {
+	return id + "." + base64.RawURLEncoding.EncodeToString([]byte(enc))
 }
 
 // parseToken takes a reservation token apart: its id and encoded subject.

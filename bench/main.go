@@ -41,7 +41,7 @@ type config struct {
 	rate, burst   int64
 }
 
-const allSections = "memory,script,throughput,server,ceiling,local"
+const allSections = "memory,script,throughput,server,ceiling,local,lease"
 
 func defaultConfig() config {
 	c := config{
@@ -285,6 +285,13 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 		rep.instructions = ic
 		for _, c := range ic {
 			logf("  K=%-2d %8.0f instructions per decision", c.k, c.perOp)
+		}
+	}
+
+	if cfg.sections["lease"] {
+		logf("lease: one subject, %d limiters × %d goroutines, plain and WithLeases, %d rounds of %v", leaseProcs, leaseGoroutines, cfg.rounds, cfg.duration)
+		if err := runLeases(ctx, admin, e, cfg, rep, logf); err != nil {
+			return fmt.Errorf("lease: %w", err)
 		}
 	}
 

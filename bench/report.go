@@ -38,6 +38,7 @@ type report struct {
 	instructions []instructionCount
 	scriptCosts  []scriptCost
 	localNotes   []string
+	leases       [2][]leaseRun // by leaseModes
 }
 
 // stat is the median over the rounds of one configuration.
@@ -166,6 +167,9 @@ func (rep *report) write(w io.Writer) {
 	}
 	if len(rep.local) > 0 {
 		rep.writeLocal(w)
+	}
+	if len(rep.leases[0]) > 0 {
+		rep.writeLeases(w)
 	}
 	rep.writeTargets(w)
 }

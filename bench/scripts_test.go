@@ -249,6 +249,8 @@ func TestTargets(t *testing.T) {
 		{"1.25×", "FAIL"},
 		{"1.00", "FAIL"},
 		{"88 B", "pass"},
+		{"–", "not measured"}, // 5: no lease section in this report
+		{"–", "not measured"},
 	}
 	got := rep.targets()
 	if len(got) != len(want) {

@@ -74,11 +74,16 @@ func missing(name, bound, why string) target {
 	return target{name: name, measured: why, value: "–", bound: bound}
 }
 
-// targets computes the performance targets 1 to 4 from the sections measured in
+// targets computes the performance targets 1 to 5 from the sections measured in
 // this run: throughput (1, 2), ceiling (3) and local (4). A target whose
 // section or configuration was not run is "not measured", with the flags
-// that would measure it.
+// that would measure it. Target 5 (leases) is leaseTargets'.
 func (rep *report) targets() []target {
+	return append(rep.storeTargets(), rep.leaseTargets()...)
+}
+
+// storeTargets computes targets 1 to 4.
+func (rep *report) storeTargets() []target {
 	var ts []target
 	const ours, floor, rr = "ours: redisstore", "floor (go-redis)", "redis_rate v10"
 

@@ -13,8 +13,8 @@
 //
 //	ratelimit_decisions_total{namespace, op, result, source}
 //	    checks decided; op is "acquire" or "peek", result "allowed" or
-//	    "denied", source "store", "local", "fail-open", "fail-closed" or
-//	    "cache" (ratelimit.Source)
+//	    "denied", source "store", "local", "fail-open", "fail-closed",
+//	    "cache" or "lease" (ratelimit.Source)
 //	ratelimit_tokens_total{namespace, result}
 //	    tokens asked for by the acquires decided (peeks take none)
 //	ratelimit_decision_duration_seconds{namespace, source}

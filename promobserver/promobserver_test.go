@@ -45,41 +45,49 @@ func TestDecisionsAndTokens(t *testing.T) {
 ratelimit_decisions_total{namespace="api",op="acquire",result="allowed",source="cache"} 0
 ratelimit_decisions_total{namespace="api",op="acquire",result="allowed",source="fail-closed"} 0
 ratelimit_decisions_total{namespace="api",op="acquire",result="allowed",source="fail-open"} 0
+ratelimit_decisions_total{namespace="api",op="acquire",result="allowed",source="lease"} 0
 ratelimit_decisions_total{namespace="api",op="acquire",result="allowed",source="local"} 0
 ratelimit_decisions_total{namespace="api",op="acquire",result="allowed",source="store"} 1
 ratelimit_decisions_total{namespace="api",op="acquire",result="denied",source="cache"} 1
 ratelimit_decisions_total{namespace="api",op="acquire",result="denied",source="fail-closed"} 0
 ratelimit_decisions_total{namespace="api",op="acquire",result="denied",source="fail-open"} 0
+ratelimit_decisions_total{namespace="api",op="acquire",result="denied",source="lease"} 0
 ratelimit_decisions_total{namespace="api",op="acquire",result="denied",source="local"} 0
 ratelimit_decisions_total{namespace="api",op="acquire",result="denied",source="store"} 1
 ratelimit_decisions_total{namespace="api",op="peek",result="allowed",source="cache"} 0
 ratelimit_decisions_total{namespace="api",op="peek",result="allowed",source="fail-closed"} 0
 ratelimit_decisions_total{namespace="api",op="peek",result="allowed",source="fail-open"} 0
+ratelimit_decisions_total{namespace="api",op="peek",result="allowed",source="lease"} 0
 ratelimit_decisions_total{namespace="api",op="peek",result="allowed",source="local"} 0
 ratelimit_decisions_total{namespace="api",op="peek",result="allowed",source="store"} 0
 ratelimit_decisions_total{namespace="api",op="peek",result="denied",source="cache"} 0
 ratelimit_decisions_total{namespace="api",op="peek",result="denied",source="fail-closed"} 0
 ratelimit_decisions_total{namespace="api",op="peek",result="denied",source="fail-open"} 0
+ratelimit_decisions_total{namespace="api",op="peek",result="denied",source="lease"} 0
 ratelimit_decisions_total{namespace="api",op="peek",result="denied",source="local"} 0
 ratelimit_decisions_total{namespace="api",op="peek",result="denied",source="store"} 1
 ratelimit_decisions_total{namespace="login",op="acquire",result="allowed",source="cache"} 0
 ratelimit_decisions_total{namespace="login",op="acquire",result="allowed",source="fail-closed"} 0
 ratelimit_decisions_total{namespace="login",op="acquire",result="allowed",source="fail-open"} 0
+ratelimit_decisions_total{namespace="login",op="acquire",result="allowed",source="lease"} 0
 ratelimit_decisions_total{namespace="login",op="acquire",result="allowed",source="local"} 0
 ratelimit_decisions_total{namespace="login",op="acquire",result="allowed",source="store"} 1
 ratelimit_decisions_total{namespace="login",op="acquire",result="denied",source="cache"} 0
 ratelimit_decisions_total{namespace="login",op="acquire",result="denied",source="fail-closed"} 0
 ratelimit_decisions_total{namespace="login",op="acquire",result="denied",source="fail-open"} 0
+ratelimit_decisions_total{namespace="login",op="acquire",result="denied",source="lease"} 0
 ratelimit_decisions_total{namespace="login",op="acquire",result="denied",source="local"} 0
 ratelimit_decisions_total{namespace="login",op="acquire",result="denied",source="store"} 0
 ratelimit_decisions_total{namespace="login",op="peek",result="allowed",source="cache"} 0
 ratelimit_decisions_total{namespace="login",op="peek",result="allowed",source="fail-closed"} 0
 ratelimit_decisions_total{namespace="login",op="peek",result="allowed",source="fail-open"} 0
+ratelimit_decisions_total{namespace="login",op="peek",result="allowed",source="lease"} 0
 ratelimit_decisions_total{namespace="login",op="peek",result="allowed",source="local"} 0
 ratelimit_decisions_total{namespace="login",op="peek",result="allowed",source="store"} 0
 ratelimit_decisions_total{namespace="login",op="peek",result="denied",source="cache"} 0
 ratelimit_decisions_total{namespace="login",op="peek",result="denied",source="fail-closed"} 0
 ratelimit_decisions_total{namespace="login",op="peek",result="denied",source="fail-open"} 0
+ratelimit_decisions_total{namespace="login",op="peek",result="denied",source="lease"} 0
 ratelimit_decisions_total{namespace="login",op="peek",result="denied",source="local"} 0
 ratelimit_decisions_total{namespace="login",op="peek",result="denied",source="store"} 0
 # HELP ratelimit_tokens_total Tokens asked for by the acquires decided, by namespace and result.
@@ -93,8 +101,8 @@ ratelimit_tokens_total{namespace="login",result="denied"} 0
 		t.Fatal(err)
 	}
 	// Every decision is timed, by source.
-	if n := testutil.CollectAndCount(obs, "ratelimit_decision_duration_seconds"); n != 2*5 {
-		t.Fatalf("%d duration series, want 5 sources × 2 namespaces", n)
+	if n := testutil.CollectAndCount(obs, "ratelimit_decision_duration_seconds"); n != 2*6 {
+		t.Fatalf("%d duration series, want 6 sources × 2 namespaces", n)
 	}
 	h := histogramCount(t, obs, "api", "store")
 	if h != 3 {

@@ -22,7 +22,7 @@ var (
 
 // Sources is the number of ratelimit.Source values whose series are built
 // once per namespace; another value is looked up on each event.
-const Sources = int(ratelimit.SourceCache) + 1
+const Sources = int(ratelimit.SourceLease) + 1
 
 // Reason returns the reason label of an error: "invalid_argument",
 // "corrupt_state", "canceled", "deadline" or "store".

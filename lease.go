@@ -1,0 +1,573 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The sizes of a lease (see WithLeases).
+const (
+	// leaseWindow: a lease holds about the tokens its subject asked for in
+	// this process over this long, at the rate measured since the last
+	// renewal.
+	leaseWindow = 4 * time.Millisecond
+	// leaseShare: a lease holds at most capacity/leaseShare tokens of the
+	// smallest limit, and at least 1.
+	leaseShare = 16
+	// leaseRecordSlack: the store keeps a lease's record this much longer
+	// than the lease lives, for a return that waits for the next check's
+	// sweep.
+	leaseRecordSlack = 10 * time.Second
+)
+
+// WithLeases makes the limiter serve subjects it checks often from leases:
+// tokens it takes from the shared bucket ahead of need, in one reservation
+// (see Limiter.Reserve), and then admits from in this process without a
+// store call, renewing a lease when a quarter of it is left. It is off by
+// default, and the store must hold reservations (memstore, redisstore, and
+// fallback over either do), else New's error wraps errors.ErrUnsupported.
+// Only TryAcquire, TryAcquireN, Wait and WaitN use leases; Peek, Reserve,
+// TryAcquireMany and Reset go to the store as always. Decisions served from
+// a lease have Source SourceLease; Limiter.LeaseStats counts the leases, and
+// Limiter.Close gives back what is left of them.
+//
+// A lease holds the tokens the subject asked for in this process over the
+// last 4 ms, measured on the limiter's clock (WithClock), at most
+// max(1, C/16) tokens with C the smallest capacity of the policy: call that
+// M. A subject whose lease would be used up by the check at hand (one that
+// asks for under a token per 4 ms, say) and a cost above M are checked
+// through the store as without leases. A lease lives for lifetime (at least
+// 1 ms): what is left of it then goes back to the bucket, settled, at the
+// next check of any subject of the limiter, or at Close. Leases of
+// P processes on one subject keep these promises:
+//
+//   - Never more is admitted than the policy allows: a process admits only
+//     with tokens the store has already taken from the shared bucket, and
+//     gives back only what it did not use, capped at capacity.
+//   - At most P·M tokens sit unused in leases at a time (M per process: a
+//     renewal takes at most M less what is in hand), each back in the bucket
+//     within its lifetime when the process keeps checking or closes. For
+//     PerSecond(1000) and 4 processes: at most 4·62 = 248 tokens.
+//   - A lease-served denial is made only while the shared bucket and every
+//     lease hold fewer than P·M tokens in all: after the store denied this
+//     process a lease of n <= M tokens, it denies what its lease cannot
+//     cover for the wait the store gave, until the bucket holds n.
+//   - A decision served from a lease reports as Remaining the tokens left in
+//     this process's lease plus the shared bucket's balance at this
+//     process's last lease call (tokens taken by other processes since, and
+//     refill since, are not counted), capped at the binding limit's
+//     capacity; RetryAfter is zero when allowed and, when denied, the rest
+//     of the store's wait for the lease this process asked for: the time it
+//     will ask again. ResetAfter is the store's at that call, counted down.
+//
+// A store error on a renewal (an outage) does not stop a lease in hand: it
+// is spent, each such decision counted as LeaseStats.Degraded, and once it
+// cannot cover a check, the check goes to the store, whose error or outage
+// behaviour (fallback's) applies as without leases; leases are renewed again
+// after a check through the store succeeds. A lease whose return fails is
+// kept as taken (LeaseStats.Lost): fewer admitted, never more.
+//
+// A process that stops checking without Close leaves its leases to expire
+// in the store, taken: at most M per subject, refilled as the bucket
+// refills. A Reset does not touch leases in hand. Leases are for a few hot
+// subjects: the limiter keeps a record per subject it checked within a
+// lifetime, and sweeps them all every half lifetime.
+func WithLeases(lifetime time.Duration) Option {
+	return func(o *options) {
+		if lifetime < time.Millisecond {
+			o.errs = append(o.errs, invalid("lease lifetime must be at least 1ms (got %v)", lifetime))
+			return
+		}
+		o.leases = lifetime
+	}
+}
+
+// LeaseStats counts a limiter's leases (see WithLeases) since it was built.
+type LeaseStats struct {
+	// Taken counts the leases the store granted.
+	Taken uint64
+	// Returned counts the leases whose unused tokens went back to the
+	// shared bucket (a lease used up has nothing to return).
+	Returned uint64
+	// Tokens is the number of tokens in this process's leases now, not yet
+	// used.
+	Tokens int64
+	// Local counts the decisions served from leases without a store call,
+	// admitted or denied: those with Source SourceLease.
+	Local uint64
+	// Degraded counts the Local decisions admitted from a lease whose
+	// renewal had failed (see WithLeases).
+	Degraded uint64
+	// Lost counts the unused tokens of leases that could not be returned
+	// (the store failed, or kept the lease's record for less than its
+	// lifetime): kept as taken.
+	Lost int64
+}
+
+// LeaseStats returns a snapshot of the limiter's lease counts; the zero
+// LeaseStats without WithLeases.
+func (l *Limiter[K]) LeaseStats() LeaseStats {
+	ls := l.leases
+	if ls == nil {
+		return LeaseStats{}
+	}
+	s := LeaseStats{
+		Taken:    ls.taken.Load(),
+		Returned: ls.returned.Load(),
+		Local:    ls.local.Load(),
+		Degraded: ls.degraded.Load(),
+		Lost:     ls.lost.Load(),
+	}
+	ls.mu.RLock()
+	for _, e := range ls.m {
+		e.mu.Lock()
+		s.Tokens += e.held
+		s.Local += e.local
+		s.Degraded += e.degraded
+		e.mu.Unlock()
+	}
+	ls.mu.RUnlock()
+	return s
+}
+
+// Close gives back the unused tokens of the limiter's leases, settling each
+// in the store, and waits for the renewals in flight to end; it returns the
+// errors of the settles that failed (those tokens are kept as taken). After
+// Close, every check goes to the store. Closing a limiter without leases, or
+// twice, does nothing.
+func (l *Limiter[K]) Close(ctx context.Context) error {
+	ls := l.leases
+	if ls == nil || ls.closed.Swap(true) {
+		return nil
+	}
+	var back []leaseReturn
+	var flights []chan struct{}
+	ls.mu.Lock()
+	for enc, e := range ls.m {
+		e.mu.Lock()
+		back = e.bury(ls, back)
+		if e.renewing != nil {
+			flights = append(flights, e.renewing)
+		}
+		e.mu.Unlock()
+		delete(ls.m, enc)
+	}
+	ls.mu.Unlock()
+	for _, ch := range flights {
+		<-ch
+	}
+	return l.giveBack(ctx, back)
+}
+
+// leases is a limiter's lease mode: the leases this process holds, by
+// encoded subject.
+type leases struct {
+	res      reserver
+	lifetime time.Duration
+	ttl      time.Duration // of a lease's record in the store
+	most     int64         // the largest lease, M
+
+	mu sync.RWMutex
+	m  map[string]*lease
+
+	closed  atomic.Bool
+	sweepAt atomic.Int64 // µs on the clock
+
+	taken, returned atomic.Uint64
+	local, degraded atomic.Uint64 // of the subjects swept
+	lost            atomic.Int64
+}
+
+// lease is one subject's lease in this process, and what decides its size.
+type lease struct {
+	enc, key string
+
+	mu       sync.Mutex
+	dead     bool          // swept or closed: look the subject up again
+	grants   []grant       // the reservations in hand, oldest first
+	held     int64         // their unused tokens
+	size     int64         // the tokens in hand after the last grant
+	renewing chan struct{} // closed when the renewal in flight ends
+	outage   bool          // a renewal failed: spend the lease, then ask the store
+	until    time.Time     // after a denied renewal: deny what the lease cannot cover until then
+	last     Decision      // the store's decision on the last renewal
+	lastAt   time.Time
+	asked    int64     // tokens asked for since the last renewal
+	since    time.Time // the last renewal, or the first check
+	seen     time.Time // the last check
+
+	local, degraded uint64
+}
+
+// grant is one reservation of a lease.
+type grant struct {
+	id      string
+	n, used int64
+	expires time.Time
+}
+
+// leaseReturn is a reservation to settle: the unused tokens of a grant.
+type leaseReturn struct {
+	enc string
+	g   grant
+}
+
+// newLeases sets up the lease mode of a limiter whose smallest capacity is
+// minCap.
+func newLeases(store Store, lifetime time.Duration, minCap int64) (*leases, error) {
+	res, ok := store.(reserver)
+	if !ok {
+		return nil, fmt.Errorf("ratelimit: leases need a store that holds reservations: %w", errors.ErrUnsupported)
+	}
+	return &leases{
+		res:      res,
+		lifetime: lifetime,
+		ttl:      lifetime + leaseRecordSlack,
+		most:     max(1, minCap/leaseShare),
+		m:        make(map[string]*lease),
+	}, nil
+}
+
+// now reads the limiter's clock, or the host's without WithClock.
+func (l *Limiter[K]) now() time.Time {
+	if l.clock != nil {
+		return l.clock()
+	}
+	return time.Now()
+}
+
+// acquireLeased is TryAcquireN in lease mode.
+func (l *Limiter[K]) acquireLeased(ctx context.Context, subject K, cost int64) (Decision, error) {
+	ls := l.leases
+	now := l.now()
+	enc, r, err := l.subjectRequest(subject, cost, false, now)
+	if err != nil {
+		l.failed(ctx, l.errKey(subject), opAcquire, cost, err, time.Time{})
+		return Decision{}, err
+	}
+	if cost > ls.most || ls.closed.Load() {
+		return l.apply(ctx, l.prefix+enc, r)
+	}
+	if now.UnixMicro() >= ls.sweepAt.Load() {
+		l.sweep(ctx, now)
+	}
+	var start time.Time
+	if l.obs != nil {
+		start = time.Now()
+	}
+	counted, renewed := false, false
+	for {
+		e := l.lease(enc, now)
+		e.mu.Lock()
+		if e.dead {
+			e.mu.Unlock()
+			if ls.closed.Load() {
+				return l.apply(ctx, e.key, r)
+			}
+			continue
+		}
+		if !counted {
+			counted = true
+			e.asked += cost
+			e.seen = now
+		}
+		expired := e.expire(now)
+		if e.held >= cost {
+			e.take(cost)
+			d := e.decision(true, now)
+			e.local++
+			if e.outage {
+				e.degraded++
+			}
+			want := e.renewal(ls, now, 0, true)
+			e.mu.Unlock()
+			l.giveBack(ctx, expired)
+			if l.obs != nil {
+				l.decided(ctx, e.key, cost, false, d, start)
+			}
+			if want > 0 {
+				l.renew(ctx, e, want)
+			}
+			return d, nil
+		}
+		switch {
+		case e.outage:
+			e.mu.Unlock()
+			l.giveBack(ctx, expired)
+			d, err := l.apply(ctx, e.key, r)
+			if err == nil && d.Source == SourceStore {
+				e.mu.Lock()
+				e.outage = false
+				e.mu.Unlock()
+			}
+			return d, err
+		case e.renewing != nil:
+			ch := e.renewing
+			e.mu.Unlock()
+			l.giveBack(ctx, expired)
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				err := ctx.Err()
+				l.failed(ctx, e.key, opAcquire, cost, err, start)
+				return Decision{}, err
+			}
+			continue
+		case now.Before(e.until):
+			d := e.decision(false, now)
+			e.local++
+			e.mu.Unlock()
+			l.giveBack(ctx, expired)
+			if l.obs != nil {
+				l.decided(ctx, e.key, cost, false, d, start)
+			}
+			return d, nil
+		}
+		want := int64(0)
+		if !renewed {
+			want = e.renewal(ls, now, cost, false)
+		}
+		if want == 0 {
+			// Cold, or the lease just taken went to other checks. The
+			// rate is measured over a window at least.
+			if now.Sub(e.since) >= leaseWindow {
+				e.since, e.asked = now, 0
+			}
+			e.mu.Unlock()
+			l.giveBack(ctx, expired)
+			return l.apply(ctx, e.key, r)
+		}
+		e.mu.Unlock()
+		l.giveBack(ctx, expired)
+		if err := l.renew(ctx, e, want); err != nil && ctx.Err() != nil {
+			l.failed(ctx, e.key, opAcquire, cost, ctx.Err(), start)
+			return Decision{}, ctx.Err()
+		}
+		renewed = true
+	}
+}
+
+// lease returns the subject's lease record, adding one if it has none.
+func (l *Limiter[K]) lease(enc string, now time.Time) *lease {
+	ls := l.leases
+	ls.mu.RLock()
+	e := ls.m[enc]
+	ls.mu.RUnlock()
+	if e != nil {
+		return e
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if e = ls.m[enc]; e == nil {
+		enc = strings.Clone(enc)
+		e = &lease{enc: enc, key: l.prefix + enc, since: now, seen: now}
+		ls.m[enc] = e
+	}
+	return e
+}
+
+// renewal decides, under e.mu, whether to renew e now, and if so how many
+// tokens to ask for, marking the renewal in flight; 0 means not now. A
+// renewal ahead of need (early) is made when a quarter of the lease is left;
+// one for a check of cost the lease cannot cover asks for at least what it
+// lacks, and is not made when the lease would be used up by that check.
+func (e *lease) renewal(ls *leases, now time.Time, cost int64, early bool) int64 {
+	if e.renewing != nil || e.outage || now.Before(e.until) || ls.closed.Load() {
+		return 0
+	}
+	if early && e.held*4 > e.size {
+		return 0
+	}
+	n := e.demand(ls.most, now, cost)
+	if n <= max(cost, e.held) {
+		return 0
+	}
+	e.renewing = make(chan struct{})
+	e.since, e.asked = now, 0
+	return n - e.held
+}
+
+// demand is the lease size e's rate calls for: the tokens asked for since
+// the last renewal, scaled to leaseWindow, between 1 and most. Several
+// checks at one instant call for the most; the check of cost alone, for
+// cost.
+func (e *lease) demand(most int64, now time.Time, cost int64) int64 {
+	elapsed := now.Sub(e.since)
+	if elapsed <= 0 {
+		if e.asked > cost {
+			return most
+		}
+		return cost
+	}
+	n := float64(e.asked) * float64(leaseWindow) / float64(elapsed)
+	if n >= float64(most) {
+		return most
+	}
+	return max(1, int64(n+0.999999))
+}
+
+// renew asks the store for a lease of want more tokens for e, which is
+// marked as renewing, and records the answer. It returns the store's error.
+func (l *Limiter[K]) renew(ctx context.Context, e *lease, want int64) error {
+	ls := l.leases
+	id := newReservationID()
+	start := time.Now()
+	r, err := l.reserveRequest(e.enc, ls.ttl, []int64{want})
+	var d Decision
+	if err == nil {
+		d, err = ls.res.Reserve(ctx, e.key, id, r, ls.ttl)
+	}
+	at := l.now()
+	var back []leaseReturn
+	e.mu.Lock()
+	ch := e.renewing
+	e.renewing = nil
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			e.outage = true
+		}
+	case d.Source != SourceStore:
+		// An outage behaviour decided (a fallback's local bucket): no
+		// lease from it; what it took goes back.
+		e.outage = true
+		if d.Allowed {
+			back = append(back, leaseReturn{e.enc, grant{id: id, n: want}})
+		}
+	case d.Allowed:
+		ls.taken.Add(1)
+		g := grant{id: id, n: want, expires: at.Add(ls.lifetime)}
+		if e.dead {
+			back = append(back, leaseReturn{e.enc, g})
+		} else {
+			e.grants = append(e.grants, g)
+			e.held += want
+			e.size = e.held
+		}
+		e.last, e.lastAt, e.until = d, at, time.Time{}
+	default:
+		e.last, e.lastAt = d, at
+		e.until = at.Add(d.RetryAfter)
+	}
+	e.mu.Unlock()
+	if err != nil {
+		l.failed(ctx, e.key, opReserve, want, err, start)
+	}
+	l.giveBack(ctx, back)
+	close(ch)
+	return err
+}
+
+// take spends cost tokens of e's lease, oldest grant first, under e.mu.
+func (e *lease) take(cost int64) {
+	e.held -= cost
+	for cost > 0 {
+		g := &e.grants[0]
+		k := min(cost, g.n-g.used)
+		g.used += k
+		cost -= k
+		if g.used == g.n {
+			e.drop(0)
+		}
+	}
+}
+
+// drop removes grant i from e's list.
+func (e *lease) drop(i int) {
+	copy(e.grants[i:], e.grants[i+1:])
+	e.grants = e.grants[:len(e.grants)-1]
+}
+
+// expire removes, under e.mu, the grants whose lifetime is over, and returns
+// them to be given back (nil when none is).
+func (e *lease) expire(now time.Time) []leaseReturn {
+	var back []leaseReturn
+	for i := 0; i < len(e.grants); {
+		if g := e.grants[i]; now.Before(g.expires) {
+			i++
+			continue
+		}
+		back = append(back, leaseReturn{e.enc, e.grants[i]})
+		e.held -= e.grants[i].n - e.grants[i].used
+		e.drop(i)
+	}
+	return back
+}
+
+// bury marks e dead, under e.mu, and appends its grants to back.
+func (e *lease) bury(ls *leases, back []leaseReturn) []leaseReturn {
+	e.dead = true
+	for _, g := range e.grants {
+		back = append(back, leaseReturn{e.enc, g})
+	}
+	e.grants, e.held = nil, 0
+	ls.local.Add(e.local)
+	ls.degraded.Add(e.degraded)
+	e.local, e.degraded = 0, 0
+	return back
+}
+
+// decision is a decision served from e's lease at now, under e.mu (see
+// WithLeases for what it reports).
+func (e *lease) decision(allowed bool, now time.Time) Decision {
+	d := Decision{Allowed: allowed, Limit: e.last.Limit, Source: SourceLease}
+	d.Remaining = e.held + max(0, e.last.Remaining)
+	if c := e.last.Limit.Capacity; c > 0 {
+		d.Remaining = min(d.Remaining, c)
+	}
+	d.ResetAfter = max(0, e.last.ResetAfter-now.Sub(e.lastAt))
+	if !allowed {
+		d.RetryAfter = e.until.Sub(now)
+	}
+	return d
+}
+
+// sweep gives back the leases whose lifetime is over and drops the records
+// of subjects not checked for a lifetime, at most once every half lifetime.
+func (l *Limiter[K]) sweep(ctx context.Context, now time.Time) {
+	ls := l.leases
+	at := ls.sweepAt.Load()
+	if now.UnixMicro() < at || !ls.sweepAt.CompareAndSwap(at, now.Add(ls.lifetime/2).UnixMicro()) {
+		return
+	}
+	var back []leaseReturn
+	ls.mu.Lock()
+	for enc, e := range ls.m {
+		e.mu.Lock()
+		back = append(back, e.expire(now)...)
+		if len(e.grants) == 0 && e.renewing == nil && !now.Before(e.seen.Add(ls.lifetime)) {
+			back = e.bury(ls, back)
+			delete(ls.m, enc)
+		}
+		e.mu.Unlock()
+	}
+	ls.mu.Unlock()
+	l.giveBack(ctx, back)
+}
+
+// giveBack settles each reservation of back with the tokens it used, and
+// returns the errors of those that failed; their unused tokens are counted
+// as lost. A settle is not cancelled with ctx: it gives tokens back.
+func (l *Limiter[K]) giveBack(ctx context.Context, back []leaseReturn) error {
+	ls := l.leases
+	var errs []error
+	for _, b := range back {
+		unused := b.g.n - b.g.used
+		if unused <= 0 {
+			continue
+		}
+		_, err := l.settleToken(context.WithoutCancel(ctx), reservationToken(b.g.id, b.enc), []int64{b.g.used})
+		if err != nil {
+			ls.lost.Add(unused)
+			errs = append(errs, err)
+			continue
+		}
+		ls.returned.Add(1)
+	}
+	return errors.Join(errs...)
+}
