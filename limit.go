@@ -148,7 +148,6 @@ func validateLimits(limits []Limit) error {
 	return nil
 }
 
-// validateCost checks that cost can ever be admitted by every limit.
 // validateCosts checks a cost per limit: each between 1 and its limit's
 // capacity.
 func validateCosts(limits []Limit, costs []int64) error {
@@ -163,6 +162,7 @@ func validateCosts(limits []Limit, costs []int64) error {
 	return nil
 }
 
+// validateCost checks that cost can ever be admitted by every limit.
 func validateCost(limits []Limit, cost int64) error {
 	if cost < 1 {
 		return invalid("cost must be at least 1 (got %d)", cost)
