@@ -104,16 +104,13 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 		}
 	}
 	for m := shards; m != 0; m &= m - 1 {
-		s.shards[bits.TrailingZeros64(m)].mu.Unlock()
+		s.shards[bits.TrailingZeros64(m)].unlock()
 	}
 	for i := range items {
 		items[i].Decision, items[i].Err = w.ds[i], nil
 	}
 	if swept {
-		other := &s.shards[s.cursor.Add(1)%shardCount]
-		other.mu.Lock()
-		s.sweepSome(other, s.cutoff(clock), 256)
-		other.mu.Unlock()
+		s.sweepOther(clock)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/testkit"
@@ -97,4 +98,29 @@ func BenchmarkApplyAll(b *testing.B) {
 			s.ApplyAll(ctx, items)
 		}
 	})
+}
+
+// BenchmarkHotDenied checks one subject under 1000 a second, as bench/'s
+// in-process section does, so that nearly every check is denied: with the
+// store's own clock, and with a clock that stands still (no clock read).
+func BenchmarkHotDenied(b *testing.B) {
+	frozen := time.Unix(1_800_000_000, 0)
+	for _, bc := range []struct {
+		name string
+		opts []memstore.Option
+	}{
+		{"clock", nil},
+		{"frozen", []memstore.Option{memstore.WithClock(func() time.Time { return frozen })}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			l, _ := ratelimit.New[string](memstore.New(bc.opts...), ratelimit.PerSecond(1000))
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					l.TryAcquire(ctx, "hot-subject")
+				}
+			})
+		})
+	}
 }

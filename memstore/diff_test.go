@@ -92,16 +92,7 @@ func TestApplyEqualsStep(t *testing.T) {
 					s.Sweep()
 					continue
 				}
-				switch step := rng.IntN(20); {
-				case step < 12:
-					now = now.Add(time.Duration(rng.IntN(20_000)) * time.Microsecond)
-				case step < 16:
-					now = now.Add(time.Duration(rng.IntN(400_000)) * time.Microsecond)
-				case step < 18 && tc.frozen:
-					now = now.Add(-time.Duration(rng.IntN(400_000)) * time.Microsecond)
-				case step < 19:
-					now = now.Add(time.Duration(rng.IntN(5)) * time.Second)
-				}
+				now = memstore.RandomStep(rng, now, tc.frozen)
 				clock.Add(now.Sub(clock.Now()))
 				limits := randomPolicies[rng.IntN(len(randomPolicies))]
 				minCap := limits[0].Capacity

@@ -93,18 +93,25 @@ type policy struct {
 
 // shard is the part of the store behind one mutex.
 type shard struct {
+	// Keep what checks read without the lock on a cache line of its own,
+	// apart from the lock and the counters every locked check writes, and
+	// each shard on cache lines of its own.
+	fast fastHit
+	_    [fastPad]byte
 	shardState
-	// Keep each shard's lock and counters on cache lines of their own.
-	_ [(128 - unsafe.Sizeof(shardState{})%128) % 128]byte
+	_ [(128 - (unsafe.Sizeof(fastHit{})+fastPad+unsafe.Sizeof(shardState{}))%128) % 128]byte
 }
 
+const fastPad = (64 - unsafe.Sizeof(fastHit{})%64) % 64
+
 type shardState struct {
-	mu     sync.Mutex
+	mu     sync.Mutex        // unlocked by unlock once buckets may have changed, so that fast follows them
 	ops    int               // checks since the last sweep
 	n      int               // buckets in all spaces
 	last   *space            // the space of the latest check
 	recent *policy           // the policy of the latest check
 	hit    hit               // the bucket of the latest check on a short subject
+	pub    published         // the bucket fast copies
 	spaces map[string]*space // by key prefix
 	peak   int               // the most spaces held since spaces was made
 	pols   []polRef          // the policies of the shard's buckets, by entry.pol
@@ -117,8 +124,8 @@ type shardState struct {
 
 // hit remembers the entry of a short subject's bucket, so that a subject
 // checked again and again (a hot one) is found without a map lookup. It is
-// cleared whenever an entry may move or be reused: a bucket added, dropped or
-// a table compacted in the shard.
+// cleared (see forget) whenever an entry may move or be reused: a bucket
+// added, dropped or a table compacted in the shard.
 type hit struct {
 	sp  *space
 	key short
@@ -249,6 +256,11 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 		k = shortKey(subject)
 	}
 	sh := s.shardOf(prefix, subject)
+	var d ratelimit.Decision
+	if len(subject) <= maxShort && len(r.Limits) == 1 && sh.decideFast(prefix, k, &r, us, &d) {
+		s.countFast(sh, clock)
+		return d, nil
+	}
 	sh.mu.Lock()
 	swept := s.sweep(sh, clock)
 	p := s.policyIn(sh, r.Limits)
@@ -260,7 +272,7 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 		cost, valid = r.Costs[0], r.Validate() == nil
 	}
 	if !valid {
-		sh.mu.Unlock()
+		sh.unlock()
 		return ratelimit.Decision{}, r.Validate()
 	}
 	var bands [tokenbucket.MaxLimits]tokenbucket.Band
@@ -268,11 +280,13 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 	if sp == nil || sp.prefix != prefix {
 		sp = sh.spaces[prefix]
 	}
-	var d ratelimit.Decision
 	var e *entry
 	if len(subject) <= maxShort && sp != nil {
 		if sh.hit.e != nil && sh.hit.sp == sp && sh.hit.key == k {
+			// Checked twice in a row: a hot subject, whose checks that
+			// write nothing may go without the lock from now on.
 			e = sh.hit.e
+			sh.publish(sp, k, e)
 		} else if e = sp.short.get(k); e != nil {
 			sh.hit = hit{sp: sp, key: k, e: e}
 		}
@@ -305,16 +319,21 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 			s.store(sh, sp, prefix, subject, st, p, e, s.expiry(clock, ttl))
 		}
 	}
-	sh.mu.Unlock()
+	sh.unlock()
 	if swept {
-		// Shards that see no checks are swept by the others, a bounded
-		// number of buckets at a time.
-		other := &s.shards[s.cursor.Add(1)%shardCount]
-		other.mu.Lock()
-		s.sweepSome(other, s.cutoff(clock), 256)
-		other.mu.Unlock()
+		s.sweepOther(clock)
 	}
 	return d, nil
+}
+
+// sweepOther sweeps a bounded number of buckets of the next shard in turn,
+// after a check swept its own, so that shards that see no checks are swept by
+// the others. clock is the store's clock (µs).
+func (s *Store) sweepOther(clock int64) {
+	other := &s.shards[s.cursor.Add(1)%shardCount]
+	other.mu.Lock()
+	s.sweepSome(other, s.cutoff(clock), 256)
+	other.unlock()
 }
 
 // shardOf returns the shard of the key prefix+subject.
@@ -445,7 +464,7 @@ func (s *Store) store(sh *shard, sp *space, prefix, subject string, st tokenbuck
 	}
 	sp.n++
 	sh.n++
-	sh.hit = hit{} // the table may have moved its entries
+	sh.forget() // the table may have moved its entries
 }
 
 // policyIn returns the store's copy of limits, or nil when they are not a
@@ -677,7 +696,7 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 			sh.shrink()
 		}
 	}
-	sh.mu.Unlock()
+	sh.unlock()
 	return nil
 }
 
@@ -685,24 +704,26 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 func (s *Store) dropped(sh *shard, sp *space, e entry) {
 	sp.n--
 	sh.n--
-	sh.hit = hit{}
+	sh.forget()
 	s.unref(sh, e.pol)
 }
 
 // tidy drops sp when it holds no bucket any more, and compacts its tables
 // when they are mostly empty.
 func (s *Store) tidy(sh *shard, sp *space) {
-	sh.hit = hit{} // compact moves entries
 	if sp.n == 0 {
 		delete(sh.spaces, sp.prefix)
 		if sh.last == sp {
 			sh.last = nil
 		}
+		sh.forget()
 		return
 	}
-	sp.short.compact()
-	sp.mid.compact()
-	sp.long.compact()
+	// Compacting moves entries.
+	short, mid, long := sp.short.compact(), sp.mid.compact(), sp.long.compact()
+	if short || mid || long {
+		sh.forget()
+	}
 }
 
 // shrink copies the shard's map of spaces into a smaller one once it holds
@@ -740,7 +761,7 @@ func (s *Store) Sweep() {
 		s.sweepSome(sh, now, math.MaxInt)
 		sh.ops = 0
 		sh.recent = nil
-		sh.mu.Unlock()
+		sh.unlock()
 	}
 	s.polMu.Lock()
 	s.prune(nil)

@@ -116,7 +116,7 @@ func (s *Store) update(key string, r ratelimit.Request, op func(st *tokenbucket.
 	prefix, subject := keyfmt.Split(key)
 	sh := s.shardOf(prefix, subject)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	defer sh.unlock()
 	p := s.policyIn(sh, r.Limits)
 	sp := sh.spaces[prefix]
 	var bands [tokenbucket.MaxLimits]tokenbucket.Band

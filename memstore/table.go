@@ -104,14 +104,15 @@ func (t *table[K]) sweep(upTo uint32, n int, gone func(entry)) int {
 
 // compact copies the table into smaller maps and slices once it holds less
 // than a quarter of the entries it has room for: a Go map never gives back
-// its memory by itself. It invalidates the pointers get returned.
-func (t *table[K]) compact() {
+// its memory by itself. It reports whether it did, and so invalidated the
+// pointers get returned.
+func (t *table[K]) compact() bool {
 	if len(t.ents) < 64 || len(t.at) >= len(t.ents)/4 {
-		return
+		return false
 	}
 	if len(t.at) == 0 {
 		*t = table[K]{}
-		return
+		return true
 	}
 	at := make(map[K]uint32, len(t.at))
 	ents := make([]entry, 0, len(t.at))
@@ -123,6 +124,7 @@ func (t *table[K]) compact() {
 	if t.extra != nil {
 		t.extra = maps(t.extra)
 	}
+	return true
 }
 
 // maps returns a copy of m sized for its contents, nil when it is empty.
