@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"sync/atomic"
+	"time"
 
 	"github.com/exactlimit/ratelimit"
 )
@@ -39,7 +40,7 @@ type published struct {
 // fastCount is the number of checks decided without the lock that one of
 // them, chosen at random, counts towards the shard's sweep: they are
 // counted, together, without a write to shared memory on the others.
-const fastCount = 32
+const fastCount = 64
 
 // decideFast decides r from the shard's fastHit when that is the bucket of
 // prefix and the subject of key k, r's policy is the bucket's own of one
@@ -64,12 +65,19 @@ func (sh *shard) decideFast(prefix string, k short, r *ratelimit.Request, us int
 }
 
 // countFast counts, now and then, the checks decideFast decided towards
-// sh's sweep, and sweeps when that is due. clock is the store's clock (µs).
-func (s *Store) countFast(sh *shard, clock int64) {
-	if rand.Uint32()%fastCount != 0 {
+// sh's sweep, and sweeps when that is due. clock is the store's clock (µs),
+// and ns what nowNs read with it: the default clock's nanoseconds, which
+// vary enough from check to check to pick one in fastCount at random, more
+// cheaply than a random number. It does not wait for the lock: a shard whose
+// lock is held is being checked, and counted, by another goroutine.
+func (s *Store) countFast(sh *shard, clock int64, ns time.Duration) {
+	dice := uint32(uint64(ns) * 0x9e3779b97f4a7c15 >> 32)
+	if s.clock != nil {
+		dice = rand.Uint32()
+	}
+	if dice%fastCount != 0 || !sh.mu.TryLock() {
 		return
 	}
-	sh.mu.Lock()
 	sh.ops += fastCount - 1
 	swept := s.sweep(sh, clock)
 	sh.unlock()
@@ -79,8 +87,12 @@ func (s *Store) countFast(sh *shard, clock int64) {
 }
 
 // publish makes e, the entry of the subject of key k in sp, the bucket
-// sh's fastHit copies, when its policy is of one limit. sh must be locked.
-func (sh *shard) publish(sp *space, k short, e *entry) {
+// sh's fastHit copies, when its policy is of one limit, and sh the store's
+// hot shard. sh must be locked.
+func (s *Store) publish(sh *shard, sp *space, k short, e *entry) {
+	if s.hot.Load() != sh {
+		s.hot.Store(sh)
+	}
 	if sh.pub.e == e || !sh.pols[e.pol].p.one {
 		return
 	}

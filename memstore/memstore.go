@@ -55,11 +55,15 @@ const (
 
 // Store keeps token buckets in memory. The zero Store is not usable; call New.
 type Store struct {
-	seed   maphash.Seed
-	clock  func() time.Time // nil: start's monotonic clock
-	start  time.Time        // the store's creation, with a monotonic reading
-	base   int64            // µs on the store's clock at start; expiry seconds count from it
-	cursor atomic.Uint32    // the next shard a sweep visits besides its own
+	// Every check reads these; they are written seldom (hot) or never.
+	seed  maphash.Seed
+	clock func() time.Time      // nil: start's monotonic clock
+	start time.Time             // the store's creation, with a monotonic reading
+	base  int64                 // µs on the store's clock at start; expiry seconds count from it
+	hot   atomic.Pointer[shard] // the shard that published a hot subject last
+	_     [64]byte
+
+	cursor atomic.Uint32 // the next shard a sweep visits besides its own
 
 	// policies holds, by value, every policy some shard refers to, and
 	// those looked up since the index was last pruned. Lock order: a
@@ -229,16 +233,12 @@ func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (rat
 // store keeps prefix once for all its buckets. Limiter uses it (see
 // splitStore), so it is the one function a check runs through.
 func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
-	if p, rest := keyfmt.Split(prefix); p != prefix || rest != "" {
-		// Not a Limiter's length-framed prefix: file the key as Apply would.
-		return s.Apply(ctx, prefix+subject, r)
-	}
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}
 	// Buckets expire on the store's own clock, as Redis keys expire on the
 	// server's, whatever time the request carries.
-	clock := s.now()
+	clock, ns := s.nowNs()
 	us := clock
 	if !r.Now.IsZero() {
 		us = r.Now.UnixMicro()
@@ -252,13 +252,25 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 	}
 
 	var k short // a short subject's key, made before taking the lock
+	var d ratelimit.Decision
+	fast := len(subject) <= maxShort && len(r.Limits) == 1
+	hot := s.hot.Load()
 	if len(subject) <= maxShort {
 		k = shortKey(subject)
+		// The latest hot subject's shard may be this one's (a space's
+		// prefix is always length-framed, so prefix is one).
+		if fast && hot != nil && hot.decideFast(prefix, k, &r, us, &d) {
+			s.countFast(hot, clock, ns)
+			return d, nil
+		}
+	}
+	if p, rest := keyfmt.Split(prefix); p != prefix || rest != "" {
+		// Not a Limiter's length-framed prefix: file the key as Apply would.
+		return s.Apply(ctx, prefix+subject, r)
 	}
 	sh := s.shardOf(prefix, subject)
-	var d ratelimit.Decision
-	if len(subject) <= maxShort && len(r.Limits) == 1 && sh.decideFast(prefix, k, &r, us, &d) {
-		s.countFast(sh, clock)
+	if fast && sh != hot && sh.decideFast(prefix, k, &r, us, &d) {
+		s.countFast(sh, clock, ns)
 		return d, nil
 	}
 	sh.mu.Lock()
@@ -286,7 +298,7 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 			// Checked twice in a row: a hot subject, whose checks that
 			// write nothing may go without the lock from now on.
 			e = sh.hit.e
-			sh.publish(sp, k, e)
+			s.publish(sh, sp, k, e)
 		} else if e = sp.short.get(k); e != nil {
 			sh.hit = hit{sp: sp, key: k, e: e}
 		}
@@ -638,10 +650,17 @@ func (s *Store) unref(sh *shard, i uint32) {
 // clock reads only the monotonic clock (time.Since of a time with a
 // monotonic reading does), which is the cheaper half of time.Now.
 func (s *Store) now() int64 {
+	clock, _ := s.nowNs()
+	return clock
+}
+
+// nowNs is now, and with the default clock the ns it read (0 otherwise).
+func (s *Store) nowNs() (clock int64, ns time.Duration) {
 	if s.clock != nil {
-		return s.clock().UnixMicro()
+		return s.clock().UnixMicro(), 0
 	}
-	return s.base + int64(time.Since(s.start)/time.Microsecond)
+	ns = time.Since(s.start)
+	return s.base + int64(ns/time.Microsecond), ns
 }
 
 // seconds returns the whole seconds from base to clock (µs), rounded down.
