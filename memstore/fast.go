@@ -43,15 +43,15 @@ type published struct {
 const fastCount = 64
 
 // decideFast decides r from the shard's fastHit when that is the bucket of
-// prefix and the subject of key k, r's policy is the bucket's own of one
-// limit, with one cost (no Costs), and the decision writes nothing. It reports whether it decided;
-// otherwise the check must be made under the lock.
-func (sh *shard) decideFast(prefix string, k short, r *ratelimit.Request, us int64, d *ratelimit.Decision) bool {
+// prefix and the subject whose short has the words k0 and k1, r's policy is
+// the bucket's own of one limit, with one cost (no Costs), and the decision
+// writes nothing. It reports whether it decided; otherwise the check must be
+// made under the lock.
+func (sh *shard) decideFast(prefix string, k0, k1 uint64, r *ratelimit.Request, us int64, d *ratelimit.Decision) bool {
 	f := &sh.fast
 	seq := f.seq.Load()
 	sp := f.sp.Load()
-	if seq&1 != 0 || sp == nil || f.k0.Load() != binary.LittleEndian.Uint64(k[:8]) ||
-		f.k1.Load() != binary.LittleEndian.Uint64(k[8:]) || sp.prefix != prefix {
+	if seq&1 != 0 || sp == nil || f.k0.Load() != k0 || f.k1.Load() != k1 || sp.prefix != prefix {
 		return false
 	}
 	p := f.p.Load()

@@ -152,7 +152,8 @@ func TestFastDecisionsEqualStep(t *testing.T) {
 				prefix, subject := keyfmt.Split(key)
 				if len(subject) <= maxShort && len(limits) == 1 {
 					var d ratelimit.Decision
-					if s.shardOf(prefix, subject).decideFast(prefix, shortKey(subject), &r, us, &d) {
+					k0, k1 := shortWords(subject)
+					if s.shardOf(prefix, subject).decideFast(prefix, k0, k1, &r, us, &d) {
 						fast++
 						if write || d != want {
 							t.Fatalf("%s decided without the lock: %+v, Step says %+v (write %v)", what, d, want, write)

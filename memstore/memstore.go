@@ -169,17 +169,24 @@ const (
 // 24.
 type short [16]byte
 
-func shortKey(s string) (k short) {
+func shortKey(s string) short { return keyOf(shortWords(s)) }
+
+// shortWords returns the two words of the short of s. A check compares
+// them as words, rather than the short put together: a load of the whole
+// array from the two stores just made would stall.
+func shortWords(s string) (a, b uint64) {
 	n := len(s)
-	var a, b uint64
 	if n >= 8 {
-		a, b = le64(s), le64(s[n-8:])&^0xff|uint64(n)
-	} else {
-		for i := n - 1; i >= 0; i-- {
-			a = a<<8 | uint64(s[i])
-		}
-		b = uint64(n)
+		return le64(s), le64(s[n-8:])&^0xff | uint64(n)
 	}
+	for i := n - 1; i >= 0; i-- {
+		a = a<<8 | uint64(s[i])
+	}
+	return a, uint64(n)
+}
+
+// keyOf returns the short of the words a and b.
+func keyOf(a, b uint64) (k short) {
 	binary.LittleEndian.PutUint64(k[:8], a)
 	binary.LittleEndian.PutUint64(k[8:], b)
 	return k
@@ -251,15 +258,15 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 		return ratelimit.Decision{}, err
 	}
 
-	var k short // a short subject's key, made before taking the lock
+	var k0, k1 uint64 // a short subject's key, made before taking the lock
 	var d ratelimit.Decision
 	fast := len(subject) <= maxShort && len(r.Limits) == 1
 	hot := s.hot.Load()
 	if len(subject) <= maxShort {
-		k = shortKey(subject)
+		k0, k1 = shortWords(subject)
 		// The latest hot subject's shard may be this one's (a space's
 		// prefix is always length-framed, so prefix is one).
-		if fast && hot != nil && hot.decideFast(prefix, k, &r, us, &d) {
+		if fast && hot != nil && hot.decideFast(prefix, k0, k1, &r, us, &d) {
 			s.countFast(hot, clock, ns)
 			return d, nil
 		}
@@ -269,10 +276,11 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 		return s.Apply(ctx, prefix+subject, r)
 	}
 	sh := s.shardOf(prefix, subject)
-	if fast && sh != hot && sh.decideFast(prefix, k, &r, us, &d) {
+	if fast && sh != hot && sh.decideFast(prefix, k0, k1, &r, us, &d) {
 		s.countFast(sh, clock, ns)
 		return d, nil
 	}
+	k := keyOf(k0, k1)
 	sh.mu.Lock()
 	swept := s.sweep(sh, clock)
 	p := s.policyIn(sh, r.Limits)
