@@ -60,6 +60,9 @@ func (sh *shard) decideFast(prefix string, k0, k1 uint64, r *ratelimit.Request, 
 		!r.Peek && (r.Cost < 1 || r.Cost > p.minCap) {
 		return false
 	}
+	if !r.Peek && b.level >= r.Cost*p.low.p {
+		return false // admitted whatever the refill: a write
+	}
 	_, write := stepOne(d, p.low, r.Limits[0], r.Cost, r.Peek, us, &b)
 	return !write
 }
@@ -90,12 +93,10 @@ func (s *Store) countFast(sh *shard, clock int64, ns time.Duration) {
 // sh's fastHit copies, when its policy is of one limit, and sh the store's
 // hot shard. sh must be locked.
 func (s *Store) publish(sh *shard, sp *space, k short, e *entry) {
-	if s.hot.Load() != sh {
-		s.hot.Store(sh)
-	}
 	if sh.pub.e == e || !sh.pols[e.pol].p.one {
 		return
 	}
+	s.hot.Store(sh)
 	f := &sh.fast
 	f.seq.Add(1)
 	f.sp.Store(sp)
