@@ -56,7 +56,7 @@ func (sh *shard) decideFast(prefix string, k0, k1 uint64, r *ratelimit.Request, 
 	}
 	p := f.p.Load()
 	b := scalar{found: true, last: f.last.Load(), level: f.level.Load()}
-	if f.seq.Load() != seq || !p.one || p.limits[0] != r.Limits[0] || r.Costs != nil ||
+	if f.seq.Load() != seq || !p.one || len(r.Limits) != 1 || p.limits[0] != r.Limits[0] || r.Costs != nil ||
 		!r.Peek && (r.Cost < 1 || r.Cost > p.minCap) {
 		return false
 	}
@@ -139,6 +139,7 @@ func (sh *shard) unpublish() {
 	f := &sh.fast
 	f.seq.Add(1)
 	f.sp.Store(nil)
+	f.p.Store(nil) // keep no policy the shard may drop
 	f.seq.Add(1)
 	sh.pub = published{}
 }

@@ -150,7 +150,7 @@ func TestFastDecisionsEqualStep(t *testing.T) {
 					model[key] = st
 				}
 				prefix, subject := keyfmt.Split(key)
-				if len(subject) <= maxShort && len(limits) == 1 {
+				if len(subject) <= maxShort {
 					var d ratelimit.Decision
 					k0, k1 := shortWords(subject)
 					if s.shardOf(prefix, subject).decideFast(prefix, k0, k1, &r, us, &d) {

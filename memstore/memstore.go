@@ -260,13 +260,13 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 
 	var k0, k1 uint64 // a short subject's key, made before taking the lock
 	var d ratelimit.Decision
-	fast := len(subject) <= maxShort && len(r.Limits) == 1
+	isShort := len(subject) <= maxShort
 	hot := s.hot.Load()
-	if len(subject) <= maxShort {
+	if isShort {
 		k0, k1 = shortWords(subject)
 		// The latest hot subject's shard may be this one's (a space's
 		// prefix is always length-framed, so prefix is one).
-		if fast && hot != nil && hot.decideFast(prefix, k0, k1, &r, us, &d) {
+		if hot != nil && hot.decideFast(prefix, k0, k1, &r, us, &d) {
 			s.countFast(hot, clock, ns)
 			return d, nil
 		}
@@ -276,7 +276,7 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 		return s.Apply(ctx, prefix+subject, r)
 	}
 	sh := s.shardOf(prefix, subject)
-	if fast && sh != hot && sh.decideFast(prefix, k0, k1, &r, us, &d) {
+	if isShort && sh != hot && sh.decideFast(prefix, k0, k1, &r, us, &d) {
 		s.countFast(sh, clock, ns)
 		return d, nil
 	}
