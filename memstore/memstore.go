@@ -7,8 +7,14 @@
 // one limit runs Step's arithmetic on scalars, held equal to Step by a
 // differential test).
 //
-// Buckets are spread over shards by key, each shard behind its own mutex. A
-// bucket is a 24-byte entry in a slice, found by one map lookup from its
+// Buckets are spread over shards by key, each shard behind its own mutex.
+// The bucket of a hot subject (one of up to 15 bytes checked twice in a row
+// in its shard, under a policy of one limit) is also copied where checks read
+// it without the mutex: those that write nothing, denials and peeks, are
+// decided from the copy, so goroutines that keep checking one denied subject
+// do not queue for its lock.
+//
+// A bucket is a 24-byte entry in a slice, found by one map lookup from its
 // subject, which is kept in a fixed array up to 39 bytes (and copied into a
 // string of its own beyond): about 75 heap bytes per subject of up to 15
 // bytes. A Limiter's key prefix (its namespace) is kept once per shard, and
