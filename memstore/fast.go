@@ -91,7 +91,7 @@ func (s *Store) countFast(sh *shard, clock int64, ns time.Duration) {
 
 // publish makes e, the entry of the subject of key k in sp, the bucket
 // sh's fastHit copies, when its policy is of one limit, and sh the store's
-// hot shard. sh must be locked.
+// hot shard. sh must be locked, and e as the lock holder leaves it.
 func (s *Store) publish(sh *shard, sp *space, k short, e *entry) {
 	if sh.pub.e == e || !sh.pols[e.pol].p.one {
 		return
@@ -102,31 +102,20 @@ func (s *Store) publish(sh *shard, sp *space, k short, e *entry) {
 	f.sp.Store(sp)
 	f.k0.Store(binary.LittleEndian.Uint64(k[:8]))
 	f.k1.Store(binary.LittleEndian.Uint64(k[8:]))
-	sh.copyOut(e)
-	f.seq.Add(1)
-}
-
-// copyOut copies e's state into sh's fastHit, whose seq is odd.
-func (sh *shard) copyOut(e *entry) {
-	f := &sh.fast
 	f.p.Store(sh.pols[e.pol].p)
 	f.last.Store(e.last)
 	f.level.Store(e.level)
+	f.seq.Add(1)
 	sh.pub = published{e: e, last: e.last, level: e.level, pol: e.pol}
 }
 
-// unlock brings sh's fastHit up to date with the bucket it copies, which the
-// lock holder may have written, and unlocks sh. Every change of a shard's
-// buckets ends with it.
+// unlock empties sh's fastHit when the lock holder wrote the bucket it
+// copies, and unlocks sh. Every change of a shard's buckets ends with it. The
+// next denial of the subject under the lock publishes it again: a subject
+// admitted check after check is not copied out at each.
 func (sh *shard) unlock() {
 	if e := sh.pub.e; e != nil && (e.last != sh.pub.last || e.level != sh.pub.level || e.pol != sh.pub.pol) {
-		if sh.pols[e.pol].p.one {
-			sh.fast.seq.Add(1)
-			sh.copyOut(e)
-			sh.fast.seq.Add(1)
-		} else {
-			sh.unpublish()
-		}
+		sh.unpublish()
 	}
 	sh.mu.Unlock()
 }

@@ -307,12 +307,10 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 		sp = sh.spaces[prefix]
 	}
 	var e *entry
+	again := false // the subject of the shard's latest check
 	if len(subject) <= maxShort && sp != nil {
 		if sh.hit.e != nil && sh.hit.sp == sp && sh.hit.key == k {
-			// Checked twice in a row: a hot subject, whose checks that
-			// write nothing may go without the lock from now on.
-			e = sh.hit.e
-			s.publish(sh, sp, k, e)
+			e, again = sh.hit.e, true
 		} else if e = sp.short.get(k); e != nil {
 			sh.hit = hit{sp: sp, key: k, e: e}
 		}
@@ -327,6 +325,10 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 		}
 		ttl, write := stepOne(&d, p.low, r.Limits[0], cost, r.Peek, us, &b)
 		switch {
+		case !write && again:
+			// A hot subject denied (or peeked at): its checks that write
+			// nothing may go without the lock from now on.
+			s.publish(sh, sp, k, e)
 		case !write:
 		case e != nil && sh.pols[e.pol].p == p:
 			e.last, e.level, e.expires = b.last, b.level, s.expiry(clock, ttl)
