@@ -245,7 +245,8 @@ func (l *Limiter[K]) now() time.Time {
 func (l *Limiter[K]) acquireLeased(ctx context.Context, subject K, cost int64) (Decision, error) {
 	ls := l.leases
 	now := l.now()
-	enc, r, err := l.subjectRequest(subject, cost, false, now)
+	var r Request
+	enc, err := l.subjectRequest(&r, subject, cost, false, now)
 	if err != nil {
 		l.failed(ctx, l.errKey(subject), opAcquire, cost, err, time.Time{})
 		return Decision{}, err

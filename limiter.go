@@ -235,7 +235,8 @@ func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (De
 		if l.clock != nil {
 			now = l.clock()
 		}
-		enc, r, err := l.subjectRequest(subject, cost, false, now)
+		var r Request
+		enc, err := l.subjectRequest(&r, subject, cost, false, now)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -401,31 +402,33 @@ func (l *Limiter[K]) request(subject K, cost int64, peek bool) (string, Request,
 // requestAt is request with the time of the check already read (the zero
 // Time without WithClock).
 func (l *Limiter[K]) requestAt(subject K, cost int64, peek bool, now time.Time) (string, Request, error) {
-	enc, r, err := l.subjectRequest(subject, cost, peek, now)
+	var r Request
+	enc, err := l.subjectRequest(&r, subject, cost, peek, now)
 	if err != nil {
 		return "", Request{}, err
 	}
 	return l.prefix + enc, r, nil
 }
 
-// subjectRequest validates a check and returns the encoded subject, the key
-// without its prefix, and the request.
-func (l *Limiter[K]) subjectRequest(subject K, cost int64, peek bool, now time.Time) (string, Request, error) {
-	r := Request{Limits: l.limits, Cost: cost, Peek: peek}
+// subjectRequest validates a check, fills in *r (which must be the zero
+// Request; filled in place, it is not copied on return) and returns the
+// encoded subject, the key without its prefix.
+func (l *Limiter[K]) subjectRequest(r *Request, subject K, cost int64, peek bool, now time.Time) (string, error) {
 	if !peek && (cost < 1 || cost > l.minCap) {
-		return "", Request{}, validateCost(l.limits, cost)
+		return "", validateCost(l.limits, cost)
 	}
 	enc := l.encode(subject)
 	if enc == "" {
-		return "", Request{}, invalid("subject must not be empty")
+		return "", invalid("subject must not be empty")
 	}
+	r.Limits, r.Cost, r.Peek = l.limits, cost, peek
 	if l.clock != nil {
 		r.Now = now
 		if _, rule := arith.Micros(r.Now); rule != "" {
-			return "", Request{}, invalid("%s", rule)
+			return "", invalid("%s", rule)
 		}
 	}
-	return enc, r, nil
+	return enc, nil
 }
 
 // Limits returns the limiter's policy: the Limit it was built with, or the
