@@ -163,6 +163,22 @@ func TestBatchOnClusterWithAMasterDown(t *testing.T) {
 	}
 }
 
+// batchPolicies are the policies the random batch tests draw from.
+var batchPolicies = [][]ratelimit.Limit{
+	{ratelimit.PerSecond(10)},
+	{ratelimit.PerMinute(3)},
+	{ratelimit.PerSecond(7), ratelimit.PerMinute(20)},
+	{{Capacity: 10, RefillTokens: 1, RefillPeriod: 100 * time.Millisecond}}, // PerSecond(10) in other terms
+}
+
+// seedCorrupt stores a value at key "corrupt" that is not a bucket, on each
+// of clients.
+func seedCorrupt(ctx context.Context, clients ...redis.UniversalClient) {
+	for _, c := range clients {
+		c.Set(ctx, "corrupt", "not a bucket", 0)
+	}
+}
+
 // TestBatchedChecksAreDecidedAsSingleCalls sends the same random checks
 // (repeated keys, peeks, denials, policy changes, a malformed bucket, clocks
 // behind) to one server as ApplyBatch's shared script calls and to another
@@ -173,15 +189,8 @@ func TestBatchedChecksAreDecidedAsSingleCalls(t *testing.T) {
 	_, singleClient := standalone(t)
 	ctx := context.Background()
 	batched, single := redisstore.New(batchClient), redisstore.New(singleClient)
-	policies := [][]ratelimit.Limit{
-		{ratelimit.PerSecond(10)},
-		{ratelimit.PerMinute(3)},
-		{ratelimit.PerSecond(7), ratelimit.PerMinute(20)},
-		{{Capacity: 10, RefillTokens: 1, RefillPeriod: 100 * time.Millisecond}}, // PerSecond(10) in other terms
-	}
-	for _, c := range []redis.UniversalClient{batchClient, singleClient} {
-		c.Set(ctx, "corrupt", "not a bucket", 0)
-	}
+	policies := batchPolicies
+	seedCorrupt(ctx, batchClient, singleClient)
 	rng := rand.New(rand.NewPCG(3, 5))
 	now := storetest.Start
 	total := 0

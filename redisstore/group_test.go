@@ -43,15 +43,8 @@ func TestGroupsInOneCallAreDecidedAsApplyAllOneByOne(t *testing.T) {
 	ctx := context.Background()
 	hooked, hook := hookedClient(t, srv)
 	batched, single := redisstore.New(hooked), redisstore.New(singleClient)
-	policies := [][]ratelimit.Limit{
-		{ratelimit.PerSecond(10)},
-		{ratelimit.PerMinute(3)},
-		{ratelimit.PerSecond(7), ratelimit.PerMinute(20)},
-		{{Capacity: 10, RefillTokens: 1, RefillPeriod: 100 * time.Millisecond}}, // PerSecond(10) in other terms
-	}
-	for _, c := range []redis.UniversalClient{batchClient, singleClient} {
-		c.Set(ctx, "corrupt", "not a bucket", 0)
-	}
+	policies := batchPolicies
+	seedCorrupt(ctx, batchClient, singleClient)
 	batchClient.ScriptLoad(ctx, script.Source) // no call sent twice (NOSCRIPT, then EVAL)
 	rng := rand.New(rand.NewPCG(7, 11))
 	now := storetest.Start
