@@ -12,13 +12,9 @@ import (
 	"github.com/exactlimit/ratelimit/internal/arith"
 )
 
-// reserver is a Store that holds reservations: memstore, redisstore, and
-// fallback over either, have these methods. Reserve decides r as Apply does
-// and, when it is allowed, records what each limit took as reservation id for
-// ttl. Settle settles reservation id with actual, the tokens each of r's
-// limits used (see tokenbucket's State.Settle), reading and deleting its
-// record in the same atomic step, so that it is settled once; without a
-// record it changes nothing and its error wraps ErrNotReserved.
+// reserver is a Store that holds reservations: tokenbucket.Reserver, whose
+// doc is the contract (this package cannot import tokenbucket, which imports
+// it). memstore, redisstore, and fallback over either, have it.
 type reserver interface {
 	Reserve(ctx context.Context, key, id string, r Request, ttl time.Duration) (Decision, error)
 	Settle(ctx context.Context, key, id string, r Request, actual []int64) (Decision, error)

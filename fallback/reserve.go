@@ -10,13 +10,6 @@ import (
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
-// reserver is a primary that holds reservations (see ratelimit.Limiter's
-// Reserve): memstore and redisstore.
-type reserver interface {
-	Reserve(ctx context.Context, key, id string, r ratelimit.Request, ttl time.Duration) (ratelimit.Decision, error)
-	Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error)
-}
-
 // Reserve reserves r as reservation id on the primary while it is alive, as
 // Apply decides a check. While it is down, LocalFallback reserves from the
 // local bucket, under the share, and records the reservation in this process;
@@ -28,7 +21,7 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 	if err := tokenbucket.ValidateReserve(id, r, ttl); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	res, ok := s.primary.(reserver)
+	res, ok := s.primary.(tokenbucket.Reserver)
 	if !ok {
 		return ratelimit.Decision{}, fmt.Errorf("fallback: the primary cannot hold reservations: %w", errors.ErrUnsupported)
 	}
@@ -63,7 +56,7 @@ func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request,
 	if err := tokenbucket.ValidateSettle(id, r, actual); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	res, ok := s.primary.(reserver)
+	res, ok := s.primary.(tokenbucket.Reserver)
 	if !ok {
 		return ratelimit.Decision{}, fmt.Errorf("fallback: the primary cannot hold reservations: %w", errors.ErrUnsupported)
 	}
@@ -125,11 +118,6 @@ func (s *Store) guard(ctx context.Context, key string, call func(context.Context
 // errOutage is guard's cause: the outage behaviour answers.
 var errOutage = errors.New("fallback: primary down")
 
-// refunder is a primary that gives costs back without a reservation.
-type refunder interface {
-	Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error)
-}
-
 // Refund gives r's cost back to the bucket at key (see memstore's and
 // redisstore's Refund): on the primary while it is alive; while it is down,
 // under LocalFallback to the local bucket, and otherwise not at all, with an
@@ -138,7 +126,7 @@ func (s *Store) Refund(ctx context.Context, key string, r ratelimit.Request) (ra
 	if err := tokenbucket.ValidateRefund(r); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	res, ok := s.primary.(refunder)
+	res, ok := s.primary.(tokenbucket.Refunder)
 	if !ok {
 		return ratelimit.Decision{}, fmt.Errorf("fallback: the primary cannot refund: %w", errors.ErrUnsupported)
 	}

@@ -1,6 +1,7 @@
 package tokenbucket
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -101,4 +102,26 @@ func ValidateRefund(r ratelimit.Request) error {
 // limit's capacity: Settle of a reservation of that cost that used nothing.
 func (st *State) Refund(r ratelimit.Request, now int64) (d ratelimit.Decision, ttl time.Duration, write bool) {
 	return st.Settle(r, Held(r), make([]int64, len(r.Limits)), now)
+}
+
+// Reserver is what a ratelimit.Store has when it holds reservations (see
+// ratelimit.Limiter.Reserve); memstore, redisstore and package fallback have
+// it. Reserve decides r as Apply does and, when it is allowed, records what
+// each limit took (see Held) as reservation id for ttl, beside the bucket.
+// Settle settles reservation id on r's limits with actual, the tokens each
+// used (see State.Settle), reading and deleting the record in the same atomic
+// step, so that of any number of settles of one reservation, from any
+// processes, one finds it; without a record it changes nothing, and its error
+// wraps ratelimit.ErrNotReserved beside the bucket's standing. Both check
+// their arguments first (ValidateReserve, ValidateSettle).
+type Reserver interface {
+	Reserve(ctx context.Context, key, id string, r ratelimit.Request, ttl time.Duration) (ratelimit.Decision, error)
+	Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error)
+}
+
+// Refunder is what a store has when it can give a cost back without a
+// reservation (State.Refund), for a protocol that refunds so (Envoy's negative
+// hits); memstore, redisstore and package fallback have it.
+type Refunder interface {
+	Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/units"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // Bounds on a request. A request beyond them is INVALID_ARGUMENT. Keys and
@@ -699,12 +700,6 @@ func (s *Service) run(ctx context.Context, buckets []*bucket, now time.Time, pee
 	return nil
 }
 
-// refunder is a store that gives a cost back without a reservation, capped
-// at capacity: memstore, redisstore, and fallback over either.
-type refunder interface {
-	Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error)
-}
-
 // refund gives back the hits of each descriptor with is_negative_hits to its
 // rule's bucket, after the other descriptors were decided (a request's refund
 // does not admit its own hits), whatever they were decided: a refund is not
@@ -726,7 +721,7 @@ func (s *Service) refund(ctx context.Context, checks []check) error {
 		if c.hits == 0 {
 			b.d, err = c.lim.Peek(ctx, c.subject)
 		} else {
-			rf, ok := s.store.(refunder)
+			rf, ok := s.store.(tokenbucket.Refunder)
 			if !ok {
 				return fmt.Errorf("envoyrls: is_negative_hits needs a store that refunds: %w", errors.ErrUnsupported)
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // e2eConfig is written in the peer's format, with every feature, plus burst.
@@ -559,7 +560,7 @@ type plain struct{ ratelimit.Store }
 
 // Refund is the store's: plain hides ApplyAll only.
 func (p plain) Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
-	return p.Store.(refunder).Refund(ctx, key, r)
+	return p.Store.(tokenbucket.Refunder).Refund(ctx, key, r)
 }
 
 // TestSequentialPath runs every feature on a store without ApplyAll: one

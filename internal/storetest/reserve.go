@@ -1,21 +1,14 @@
 package storetest
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
-
-// reserver is a store that holds reservations (see ratelimit.Limiter's
-// Reserve).
-type reserver interface {
-	Reserve(ctx context.Context, key, id string, r ratelimit.Request, ttl time.Duration) (ratelimit.Decision, error)
-	Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error)
-}
 
 // hold is the lifetime of the suite's reservations.
 const hold = time.Minute
@@ -151,9 +144,7 @@ var reserveCases = []envCase{
 	}},
 	{"a refund gives a cost back, capped at capacity", func(t *testing.T, e *env) {
 		l := e.newLimiter(ratelimit.PerMinute(3), ratelimit.PerMinute(1000))
-		store, ok := l.Store().(interface {
-			Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error)
-		})
+		store, ok := l.Store().(tokenbucket.Refunder)
 		if !ok {
 			t.Fatalf("%T holds reservations but cannot refund", l.Store())
 		}
@@ -199,7 +190,7 @@ var reserveCases = []envCase{
 		if _, err := rv.Settle(e.ctx, 1, 10); err != nil {
 			t.Fatalf("the valid settle after them: %v", err)
 		}
-		store := l.Store().(reserver)
+		store := l.Store().(tokenbucket.Reserver)
 		key := l.Key("s")
 		r := ratelimit.Request{Limits: l.Limits(), Cost: 1, Now: e.clock.Now()}
 		if _, err := store.Reserve(e.ctx, key, "", r, hold); !errors.Is(err, ratelimit.ErrInvalidArgument) {

@@ -14,6 +14,7 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
 	"github.com/exactlimit/ratelimit/internal/testkit"
+	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // Clock is a settable clock for WithClock.
@@ -82,7 +83,7 @@ var Start = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 // namespace, so the store may be shared with other tests.
 func Run(t *testing.T, store ratelimit.Store) {
 	runCases(t, store, cases)
-	if _, ok := store.(reserver); ok {
+	if _, ok := store.(tokenbucket.Reserver); ok {
 		runCases(t, store, reserveCases)
 	}
 	bs, ok := store.(ratelimit.BatchStore)
