@@ -156,3 +156,92 @@ func oracle(st State, l ratelimit.Limit, cost int64, peek bool, now int64) oracl
 	res.last, res.level = t0.Int64(), lv.Int64()
 	return res
 }
+
+// FuzzSettle holds Settle, and a check after it, to a big-integer oracle of
+// their rules on one limit, for any policy the validation accepts, any level
+// from the debt floor to full, any hold and any used count: the decision,
+// the ttl, the stored level, and the next check's decision on a bucket in
+// debt must agree, and no arithmetic may overflow or round.
+func FuzzSettle(f *testing.F) {
+	f.Add(int64(60), int64(1), int64(1_000_000), int64(30), int64(10), int64(25), int64(5_000_000), int64(1))
+	f.Add(int64(60), int64(1), int64(1_000_000), int64(-50), int64(10), int64(1<<50), int64(0), int64(3))
+	f.Add(int64(1<<30), int64(3), int64(7), int64(0), int64(1<<29), int64(0), int64(1), int64(1))
+	f.Fuzz(func(t *testing.T, c, r, p, tokens, held, actual, elapsed, cost int64) {
+		l := ratelimit.Limit{Capacity: c, RefillTokens: r, RefillPeriod: time.Duration(p) * time.Microsecond}
+		if p > math.MaxInt64/1000 || l.Validate() != nil || elapsed < 0 || elapsed > 1<<40 {
+			return
+		}
+		k := rateOf(l)
+		debt := k.Debt()
+		if tokens > c || tokens < -debt || held < 1 || held > c || actual < 0 || actual > MaxExact || cost < 1 || cost > c {
+			return
+		}
+		const last = int64(1 << 50)
+		now := last + elapsed
+		B := func(x int64) *big.Int { return big.NewInt(x) }
+		mul := func(a, b *big.Int) *big.Int { return new(big.Int).Mul(a, b) }
+		ceil := func(a, b *big.Int) *big.Int {
+			if a.Sign() <= 0 {
+				return B(0)
+			}
+			q, m := new(big.Int).QuoRem(a, b, new(big.Int))
+			if m.Sign() > 0 {
+				q.Add(q, B(1))
+			}
+			return q
+		}
+		C, R, P := B(k.C), B(k.R), B(k.P)
+		full, floor := mul(C, P), mul(B(-debt), P)
+		// The bucket: tokens whole tokens at last, refilled to now.
+		lv := new(big.Int).Add(mul(B(tokens), P), mul(B(elapsed), R))
+		if lv.Cmp(full) > 0 {
+			lv.Set(full)
+		}
+		before := new(big.Int).Set(lv)
+		delta := B(actual - held)
+		lv.Sub(lv, mul(delta, P))
+		if lv.Cmp(full) > 0 {
+			lv.Set(full)
+		}
+		if lv.Cmp(floor) < 0 {
+			lv.Set(floor)
+		}
+		want := ratelimit.Decision{Allowed: lv.Cmp(P) >= 0, Limit: l}
+		if q := new(big.Int).Div(lv, P); q.Sign() > 0 { // Div rounds toward -inf for P > 0
+			want.Remaining = q.Int64()
+		}
+		if !want.Allowed {
+			want.RetryAfter = time.Duration(ceil(new(big.Int).Sub(P, lv), R).Int64()) * time.Microsecond
+		}
+		reset := ceil(new(big.Int).Sub(full, lv), R)
+		want.ResetAfter = time.Duration(reset.Int64()) * time.Microsecond
+		ms := ceil(reset, B(1000))
+		if ms.Sign() == 0 {
+			ms = B(1)
+		}
+		wantTTL := time.Duration(ms.Int64()) * time.Millisecond
+
+		st := State{Last: last, Bands: []Band{{Limit: Lowest(l), Level: tokens * k.P}}}
+		rq := ratelimit.Request{Limits: []ratelimit.Limit{l}}
+		d, ttl, write := st.Settle(rq, []Hold{{Limit: Lowest(l), Tokens: held}}, []int64{actual}, now)
+		if d != want || ttl != wantTTL || write != (lv.Cmp(before) != 0) {
+			t.Fatalf("Settle = %+v ttl %v write %v; oracle %+v ttl %v write %v", d, ttl, write, want, wantTTL, lv.Cmp(before) != 0)
+		}
+		if write && (st.Bands[0].Level != lv.Int64() || st.Last != now) {
+			t.Fatalf("Settle stored level %d at %d; oracle %v at %d", st.Bands[0].Level, st.Last, lv, now)
+		}
+		// The next check, at the same time, on what the settle left.
+		if !write {
+			return
+		}
+		need := mul(B(cost), P)
+		next, _, _ := st.Step(ratelimit.Request{Limits: rq.Limits, Cost: cost}, now)
+		if allowed := lv.Cmp(need) >= 0; next.Allowed != allowed {
+			t.Fatalf("check of %d after the settle: %+v; oracle allowed %v (level %v)", cost, next, allowed, lv)
+		} else if !allowed {
+			if w := time.Duration(ceil(new(big.Int).Sub(need, lv), R).Int64()) * time.Microsecond; next.RetryAfter != w {
+				t.Fatalf("check of %d after the settle: RetryAfter %v; oracle %v (level %v)", cost, next.RetryAfter, w, lv)
+			}
+		}
+	})
+}
