@@ -85,12 +85,14 @@ func TestGroupsInOneCallAreDecidedAsApplyAllOneByOne(t *testing.T) {
 			}
 		}
 		batched.ApplyGroups(ctx, groups)
+		persistAll(ctx, t, batchClient)
 		for g, group := range groups {
 			want := make([]ratelimit.BatchItem, len(group))
 			for i, it := range group {
 				want[i] = ratelimit.BatchItem{Key: it.Key, Request: it.Request}
 			}
 			err := single.ApplyAll(ctx, want)
+			persistAll(ctx, t, singleClient)
 			corrupt := false
 			for i, it := range group {
 				corrupt = corrupt || it.Key == "corrupt"
