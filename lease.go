@@ -562,7 +562,7 @@ func (l *Limiter[K]) giveBack(ctx context.Context, back []leaseReturn) error {
 		if unused <= 0 {
 			continue
 		}
-		_, err := l.settleToken(context.WithoutCancel(ctx), reservationToken(b.g.id, b.enc), []int64{b.g.used})
+		_, err := l.settle(context.WithoutCancel(ctx), l.prefix+b.enc, b.g.id, []int64{b.g.used})
 		if err != nil {
 			ls.lost.Add(unused)
 			errs = append(errs, err)

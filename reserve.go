@@ -27,8 +27,8 @@ type Reservation struct {
 	// was taken: there is nothing to settle, and RetryAfter says when the
 	// estimate would fit.
 	Decision Decision
-	token    string
-	settle   func(ctx context.Context, token string, actual []int64) (Decision, error)
+	token    string                                                      // "" when denied
+	settle   func(ctx context.Context, actual []int64) (Decision, error) // on its key and id
 }
 
 // Token returns the reservation as an opaque string ("" when the reserve was
@@ -51,7 +51,7 @@ func (r *Reservation) Settle(ctx context.Context, actual ...int64) (Decision, er
 	if r.token == "" {
 		return r.Decision, fmt.Errorf("%w: the reserve was denied", ErrNotReserved)
 	}
-	return r.settle(ctx, r.token, actual)
+	return r.settle(ctx, actual)
 }
 
 // Cancel gives the whole reservation back: Settle with nothing used.
@@ -103,9 +103,12 @@ func (l *Limiter[K]) Reserve(ctx context.Context, subject K, ttl time.Duration, 
 		return nil, err
 	}
 	l.decided(ctx, key, largest(costs), false, d, start)
-	rv := &Reservation{Decision: d, settle: l.settleToken}
+	rv := &Reservation{Decision: d}
 	if d.Allowed {
 		rv.token = reservationToken(id, enc)
+		rv.settle = func(ctx context.Context, actual []int64) (Decision, error) {
+			return l.settle(ctx, key, id, actual)
+		}
 	}
 	return rv, nil
 }
@@ -148,40 +151,39 @@ func (l *Limiter[K]) timed(r Request) (Request, error) {
 // not a reservation's is an error wrapping ErrInvalidArgument, and one of
 // another limiter's (another namespace) finds no reservation.
 func (l *Limiter[K]) Settle(ctx context.Context, token string, actual ...int64) (Decision, error) {
-	return l.settleToken(ctx, token, actual)
-}
-
-func (l *Limiter[K]) settleToken(ctx context.Context, token string, actual []int64) (Decision, error) {
-	res, ok := l.store.(reserver)
-	if !ok {
-		return Decision{}, fmt.Errorf("ratelimit: the store cannot hold reservations: %w", errors.ErrUnsupported)
-	}
 	id, enc, err := parseToken(token)
 	if err != nil {
 		l.failed(ctx, "", opSettle, largest(actual), err, time.Time{})
 		return Decision{}, err
 	}
-	key := l.prefix + enc
-	used, err := l.used(actual)
-	if err == nil {
-		var r Request
-		if r, err = l.timed(Request{Limits: l.limits}); err == nil {
-			start := time.Now()
-			var d Decision
-			d, err = res.Settle(ctx, key, id, r, used)
-			if l.cache != nil {
-				// A refund can admit what the cache would deny.
-				l.cache.forget(key)
-			}
-			if err == nil {
-				return d, nil
-			}
-			l.failed(ctx, key, opSettle, largest(actual), err, start)
-			return d, err
-		}
+	return l.settle(ctx, l.prefix+enc, id, actual)
+}
+
+// settle settles reservation id of the bucket at key with actual.
+func (l *Limiter[K]) settle(ctx context.Context, key, id string, actual []int64) (Decision, error) {
+	res, ok := l.store.(reserver)
+	if !ok {
+		return Decision{}, fmt.Errorf("ratelimit: the store cannot hold reservations: %w", errors.ErrUnsupported)
 	}
-	l.failed(ctx, key, opSettle, largest(actual), err, time.Time{})
-	return Decision{}, err
+	used, err := l.used(actual)
+	var r Request
+	if err == nil {
+		r, err = l.timed(Request{Limits: l.limits})
+	}
+	if err != nil {
+		l.failed(ctx, key, opSettle, largest(actual), err, time.Time{})
+		return Decision{}, err
+	}
+	start := time.Now()
+	d, err := res.Settle(ctx, key, id, r, used)
+	if l.cache != nil {
+		// A refund can admit what the cache would deny.
+		l.cache.forget(key)
+	}
+	if err != nil {
+		l.failed(ctx, key, opSettle, largest(actual), err, start)
+	}
+	return d, err
 }
 
 // used expands a settle's counts to one per limit.
