@@ -328,26 +328,13 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 		return err
 	}
 	_ = s.local.Reset(context.WithoutCancel(ctx), key)
-	p := s.partition(ctx, key)
-	gen := p.gen.Load()
-	if gen&1 != 0 {
-		return p.unavailable()
+	_, cause, err := s.guard(ctx, key, func(ctx context.Context) (ratelimit.Decision, error) {
+		return ratelimit.Decision{}, s.primary.Reset(ctx, key)
+	})
+	if cause != nil {
+		return s.unavailable(ctx, key, err)
 	}
-	pctx, cancel := s.withTimeout(ctx)
-	err := s.primary.Reset(pctx, key)
-	cancel()
-	if err == nil {
-		p.answered.Add(1)
-		return nil
-	}
-	switch s.failure(ctx, p, err) {
-	case callerGaveUp, notOutage:
-		return err
-	case callerDeadline:
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	s.down(ctx, p, gen, err)
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	return err
 }
 
 // Outage returns the behaviour the Store applies while the primary is down.
@@ -496,24 +483,29 @@ func (s *Store) applyLocal(ctx context.Context, prefix, key string, r ratelimit.
 	if d, denied, err := s.beyondShare(r, lr); denied || err != nil {
 		return d, err
 	}
+	return s.onLocal(ctx, lr, func(ctx context.Context, lr ratelimit.Request) (ratelimit.Decision, error) {
+		if prefix != "" {
+			return s.local.ApplySplit(ctx, prefix, key, lr)
+		}
+		return s.local.Apply(ctx, key, lr)
+	})
+}
+
+// onLocal runs call on the local buckets with lr, a request under the share,
+// at the Store's clock when lr has no time, and marks its decision
+// SourceLocal. The call that found the primary down may have spent the
+// caller's deadline on it; a local call does not block, so it is still made.
+// (Only then is ctx replaced: WithoutCancel allocates.)
+func (s *Store) onLocal(ctx context.Context, lr ratelimit.Request, call func(ctx context.Context, lr ratelimit.Request) (ratelimit.Decision, error)) (ratelimit.Decision, error) {
 	if lr.Now.IsZero() {
 		lr.Now = s.clock()
 	}
-	// The call that found the primary down may have spent the caller's
-	// deadline on it; the local decision does not block, so it is still
-	// made. (Only then is ctx replaced: WithoutCancel allocates.)
 	if ctx.Err() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
-	var d ratelimit.Decision
-	var err error
-	if prefix != "" {
-		d, err = s.local.ApplySplit(ctx, prefix, key, lr)
-	} else {
-		d, err = s.local.Apply(ctx, key, lr)
-	}
+	d, err := call(ctx, lr)
 	if err != nil {
-		return ratelimit.Decision{}, err
+		return d, err
 	}
 	d.Source = ratelimit.SourceLocal
 	return d, nil

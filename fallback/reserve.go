@@ -38,16 +38,14 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 	if d, denied, err := s.beyondShare(r, lr); denied || err != nil {
 		return d, err
 	}
-	if lr.Now.IsZero() {
-		lr.Now = s.clock()
-	}
-	d, err = s.local.Reserve(context.WithoutCancel(ctx), key, id, lr, ttl)
-	d.Source = ratelimit.SourceLocal
-	return d, err
+	return s.onLocal(ctx, lr, func(ctx context.Context, lr ratelimit.Request) (ratelimit.Decision, error) {
+		return s.local.Reserve(ctx, key, id, lr, ttl)
+	})
 }
 
-// Settle settles reservation id where it was made: in this process when
-// LocalFallback reserved it during an outage, else on the primary. A settle
+// Settle settles reservation id where it was made: on the primary, or, when
+// the primary does not hold it or is down, in this process, where
+// LocalFallback reserved it during an outage. A settle
 // of a reservation held by the primary while the primary is down, or that
 // fails to reach it, changes nothing and its error wraps ErrUnavailable,
 // whatever the outage behaviour: the reservation stays on the primary, kept
@@ -60,28 +58,33 @@ func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request,
 	if !ok {
 		return ratelimit.Decision{}, fmt.Errorf("fallback: the primary cannot hold reservations: %w", errors.ErrUnsupported)
 	}
-	if s.outage == LocalFallback {
-		lr := s.shared(r)
-		if lr.Now.IsZero() {
-			lr.Now = s.clock()
-		}
-		if d, err := s.local.Settle(ctx, key, id, lr, actual); !errors.Is(err, ratelimit.ErrNotReserved) {
-			d.Source = ratelimit.SourceLocal
-			return d, err
-		}
-	}
 	d, cause, err := s.guard(ctx, key, func(ctx context.Context) (ratelimit.Decision, error) {
 		return res.Settle(ctx, key, id, r, actual)
 	})
-	if cause != nil {
-		if err == nil {
-			err = s.partition(ctx, key).unavailable()
-		} else {
-			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if s.outage == LocalFallback && (cause != nil || errors.Is(err, ratelimit.ErrNotReserved)) {
+		// Not the primary's to settle, or the primary is down: it may be
+		// one the local buckets reserved during an outage.
+		ld, lerr := s.onLocal(ctx, s.shared(r), func(ctx context.Context, lr ratelimit.Request) (ratelimit.Decision, error) {
+			return s.local.Settle(ctx, key, id, lr, actual)
+		})
+		if !errors.Is(lerr, ratelimit.ErrNotReserved) {
+			return ld, lerr
 		}
-		return ratelimit.Decision{}, err
+	}
+	if cause != nil {
+		return ratelimit.Decision{}, s.unavailable(ctx, key, err)
 	}
 	return d, err
+}
+
+// unavailable is the error of an operation that only the primary can do,
+// which guard found down: err, the error that found it so, or the
+// partition's cause when it was down already, wrapped in ErrUnavailable.
+func (s *Store) unavailable(ctx context.Context, key string, err error) error {
+	if err == nil {
+		return s.partition(ctx, key).unavailable()
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // guard calls the primary for key, as apply does a check: not while key's
@@ -137,16 +140,9 @@ func (s *Store) Refund(ctx context.Context, key string, r ratelimit.Request) (ra
 		return d, err
 	}
 	if s.outage == LocalFallback {
-		lr := s.shared(r)
-		if lr.Now.IsZero() {
-			lr.Now = s.clock()
-		}
-		d, err = s.local.Refund(context.WithoutCancel(ctx), key, lr)
-		d.Source = ratelimit.SourceLocal
-		return d, err
+		return s.onLocal(ctx, s.shared(r), func(ctx context.Context, lr ratelimit.Request) (ratelimit.Decision, error) {
+			return s.local.Refund(ctx, key, lr)
+		})
 	}
-	if err == nil {
-		return ratelimit.Decision{}, s.partition(ctx, key).unavailable()
-	}
-	return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	return ratelimit.Decision{}, s.unavailable(ctx, key, err)
 }
