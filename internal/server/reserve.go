@@ -95,7 +95,7 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, path, code, msg)
 		return
 	}
-	ns, _, ok := s.lookup(w, path, req.Namespace)
+	lim, ns, ok := s.limiterFor(w, r, path, req.Namespace)
 	if !ok {
 		return
 	}
@@ -110,11 +110,6 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 	costs := []int64(req.Cost)
 	if costs == nil {
 		costs = []int64{1}
-	}
-	lim := s.policies.Load().limiters[ns]
-	if lim == nil {
-		s.failed(w, r, path, ns, errUnknownNamespace)
-		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	rv, err := lim.Reserve(ctx, req.Subject, ttl, costs...)
@@ -165,13 +160,8 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, path, http.StatusBadRequest, `used is required: what the work used, such as 480, or [1, 480] for a request of 480 tokens; 0 gives the reservation back`)
 		return
 	}
-	ns, _, ok := s.lookup(w, path, req.Namespace)
+	lim, ns, ok := s.limiterFor(w, r, path, req.Namespace)
 	if !ok {
-		return
-	}
-	lim := s.policies.Load().limiters[ns]
-	if lim == nil {
-		s.failed(w, r, path, ns, errUnknownNamespace)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
@@ -189,6 +179,21 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 	}
 	out := NewDecision(ns, "", 0, d)
 	s.answer(r.Context(), w, path, lim, "", &out, d, false)
+}
+
+// limiterFor looks namespace name up as lookup does and returns its Limiter
+// and full name; false when it has answered the request already.
+func (s *Service) limiterFor(w http.ResponseWriter, r *http.Request, path, name string) (*ratelimit.Limiter[string], string, bool) {
+	ns, _, ok := s.lookup(w, path, name)
+	if !ok {
+		return nil, ns, false
+	}
+	lim := s.policies.Load().limiters[ns]
+	if lim == nil {
+		s.failed(w, r, path, ns, errUnknownNamespace)
+		return nil, ns, false
+	}
+	return lim, ns, true
 }
 
 // logFailure logs an operation's error that is not the request's own, at
