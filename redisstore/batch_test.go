@@ -86,25 +86,41 @@ func TestCoalescingSendsConcurrentChecksTogether(t *testing.T) {
 	t.Logf("%d checks from %d goroutines took %d round trips", workers*each, workers, trips)
 }
 
+// behindAHungCall stops srv and starts first on a goroutine of its own, with
+// a deadline of 5 s, so that it hangs on the stopped server and holds one of
+// store's lanes; it returns once first is in flight. resume continues the
+// server and returns first's error.
+func behindAHungCall(t *testing.T, srv *redistest.Server, store *redisstore.Store, first func(ctx context.Context) error) (resume func() error) {
+	t.Helper()
+	srv.Stop()
+	t.Cleanup(srv.Cont)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done <- first(ctx)
+	}()
+	waitBusy(t, store, 1, 0)
+	return func() error {
+		srv.Cont()
+		return <-done
+	}
+}
+
 func TestCoalescedCheckHonoursItsDeadline(t *testing.T) {
 	srv, client := standalone(t)
 	ctx := context.Background()
-	l, _ := ratelimit.New[string](redisstore.New(client), ratelimit.PerSecond(10))
+	store := redisstore.New(client)
+	l, _ := ratelimit.New[string](store, ratelimit.PerSecond(10))
 	if _, err := l.TryAcquire(ctx, "warm"); err != nil {
 		t.Fatal(err)
 	}
-	srv.Stop()
-	defer srv.Cont()
 	// The first check hangs on the stopped server; the second queues behind
 	// it and must give up at its own deadline.
-	first := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
+	resume := behindAHungCall(t, srv, store, func(ctx context.Context) error {
 		_, err := l.TryAcquire(ctx, "a")
-		first <- err
-	}()
-	time.Sleep(50 * time.Millisecond)
+		return err
+	})
 	ctx2, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -112,8 +128,7 @@ func TestCoalescedCheckHonoursItsDeadline(t *testing.T) {
 	if took := time.Since(start); err == nil || took > time.Second {
 		t.Fatalf("queued check on a hung server: err %v after %v; want an error at its 200ms deadline", err, took)
 	}
-	srv.Cont()
-	if err := <-first; err == nil {
+	if err := resume(); err == nil {
 		t.Log("the first check completed after SIGCONT")
 	}
 }

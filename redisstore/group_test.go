@@ -242,15 +242,9 @@ func TestQueuedApplyAllHonoursItsDeadline(t *testing.T) {
 	if err := store.ApplyAll(ctx, pair("warm-a", "warm-b")); err != nil {
 		t.Fatal(err)
 	}
-	srv.Stop()
-	defer srv.Cont()
-	first := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		first <- store.ApplyAll(ctx, pair("first-a", "first-b"))
-	}()
-	waitBusy(t, store, 1, 0)
+	resume := behindAHungCall(t, srv, store, func(ctx context.Context) error {
+		return store.ApplyAll(ctx, pair("first-a", "first-b"))
+	})
 	ctx2, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	items := pair("late-a", "late-b")
@@ -266,8 +260,7 @@ func TestQueuedApplyAllHonoursItsDeadline(t *testing.T) {
 			t.Fatalf("the given-up request's items were written: %+v", it)
 		}
 	}
-	srv.Cont()
-	if err := <-first; err != nil {
+	if err := resume(); err != nil {
 		t.Fatalf("the call on the lane, once the server continued: %v", err)
 	}
 	if n, _ := client.Exists(ctx, "late-a", "late-b").Result(); n != 0 {
