@@ -37,7 +37,7 @@ func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			p.pipes.Add(1)
 			p.cmds.Add(int64(len(cmds)))
 			for _, c := range cmds {
-				if a := c.Args(); len(a) > 2 && (c.Name() == "evalsha" || c.Name() == "eval") {
+				if a := c.Args(); len(a) > 2 && (c.Name() == "fcall" || c.Name() == "evalsha" || c.Name() == "eval") {
 					n, _ := strconv.ParseInt(fmt.Sprint(a[2]), 10, 64)
 					p.keys.Add(n)
 					if n > p.mostKeys.Load() {
@@ -205,7 +205,8 @@ func TestDenyCacheOnRedis(t *testing.T) {
 	})
 }
 
-// scriptCalls returns the script calls (EVALSHA and EVAL) the server has run.
+// scriptCalls returns the script calls (FCALL, EVALSHA and EVAL) the server
+// has run.
 func scriptCalls(tb testing.TB, c redis.UniversalClient) int64 {
 	tb.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
@@ -214,7 +215,7 @@ func scriptCalls(tb testing.TB, c redis.UniversalClient) int64 {
 	}
 	var n int64
 	for _, line := range strings.Split(info, "\n") {
-		for _, cmd := range []string{"evalsha", "eval"} {
+		for _, cmd := range []string{"fcall", "evalsha", "eval"} {
 			if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
 				v, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
 				n += v

@@ -31,9 +31,9 @@ type group []*ratelimit.BatchItem
 // one per master, run in parallel. Items decided at the same time (on
 // Cluster, of the same slot as well) share script calls of up to 16 keys,
 // each key decided on its own as one call of its own would decide it, in
-// order: an item on a key named before sees that item's write. Calls the
-// server had no cached script for are sent again as EVAL in one more
-// pipeline. The items are independent decisions, not a transaction, so some
+// order: an item on a key named before sees that item's write. Calls a
+// server did not hold the script for are sent again, once it does, in one
+// more pipeline. The items are independent decisions, not a transaction, so some
 // may be decided while others carry an error (a master that is down, or a
 // malformed bucket, say).
 func (s *Store) ApplyBatch(ctx context.Context, items []ratelimit.BatchItem) {
@@ -144,19 +144,21 @@ func (s *Store) pipelineOnce(ctx context.Context, calls [][]group) {
 	pipe := s.client.Pipeline()
 	for i, call := range calls {
 		keys[i], args[i] = s.callArgs(call)
-		cmds[i] = pipe.EvalSha(ctx, script.SHA, keys[i], args[i]...)
+		cmds[i] = s.run(ctx, pipe, keys[i], args[i], false)
 	}
 	pipe.Exec(ctx) // each command carries its own error
 	var again []int
 	for i, cmd := range cmds {
-		if noScript(cmd.Err()) {
+		if ok, err := s.ready(ctx, keys[i][0], cmd.Err()); ok {
 			again = append(again, i)
+		} else if err != cmd.Err() {
+			cmd.SetErr(err)
 		}
 	}
 	if len(again) > 0 {
 		pipe := s.client.Pipeline()
 		for _, i := range again {
-			cmds[i] = pipe.Eval(ctx, script.Source, keys[i], args[i]...)
+			cmds[i] = s.run(ctx, pipe, keys[i], args[i], true)
 		}
 		pipe.Exec(ctx)
 	}

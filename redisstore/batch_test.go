@@ -12,7 +12,6 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/redistest"
-	"github.com/exactlimit/ratelimit/internal/script"
 	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/redisstore"
@@ -31,7 +30,7 @@ func TestApplyBatch(t *testing.T) {
 		r.Cost = cost
 		return ratelimit.BatchItem{Key: key, Request: r}
 	}
-	admin.ScriptFlush(ctx)
+	admin.FunctionFlush(ctx)
 	items := []ratelimit.BatchItem{item("a", 1), item("b", 2), item("a", 1), item("c", 3), item("a", 1)}
 	store.ApplyBatch(ctx, items)
 	want := []struct {
@@ -51,16 +50,25 @@ func TestApplyBatch(t *testing.T) {
 			t.Errorf("item %d = %+v, %v; want allowed=%v remaining=%d", i, it.Decision, it.Err, w.allowed, w.remain)
 		}
 	}
-	// The four valid items share one script call: one EVALSHA, and one EVAL
-	// after SCRIPT FLUSH; nothing else.
+	// The four valid items share one script call: one FCALL, and after
+	// FUNCTION FLUSH one FUNCTION LOAD and the FCALL again; nothing else.
 	var pipes []string
 	for _, p := range hook.pipes {
 		if !strings.HasPrefix(p, "client") && !strings.HasPrefix(p, "hello") { // a new connection's handshake
 			pipes = append(pipes, p)
 		}
 	}
-	if got := strings.Join(pipes, " | "); got != "evalsha | eval" {
+	if got := strings.Join(pipes, " | "); got != "fcall | fcall" {
 		t.Errorf("pipelines sent: %q", got)
+	}
+	var names []string
+	for _, n := range hook.names {
+		if n != "client" && n != "hello" { // a new connection's handshake
+			names = append(names, n)
+		}
+	}
+	if got := strings.Join(names, " "); got != "function" {
+		t.Errorf("commands sent outside pipelines: %q, want the one FUNCTION LOAD", got)
 	}
 }
 
@@ -260,7 +268,7 @@ func TestBatchedChecksAreDecidedAsSingleCalls(t *testing.T) {
 		}
 		total += len(items)
 	}
-	calls := commandCalls(t, batchClient, "evalsha") + commandCalls(t, batchClient, "eval")
+	calls := scriptCalls(t, batchClient)
 	if calls >= total/4 {
 		t.Fatalf("%d checks took %d script calls; want calls of several keys", total, calls)
 	}
@@ -281,7 +289,7 @@ func TestABatchSharesScriptCallsByTimeAndSlot(t *testing.T) {
 	}
 	t0, t1 := storetest.Start, storetest.Start.Add(time.Second)
 	items := []ratelimit.BatchItem{{Key: "a", Request: r(t0)}, {Key: "b", Request: r(t1)}, {Key: "c", Request: r(t0)}, {Key: "d", Request: r(time.Time{})}}
-	client.ScriptLoad(ctx, script.Source)
+	preload(t, client)
 	client.ConfigResetStat(ctx)
 	store.ApplyBatch(ctx, items)
 	for _, it := range items {
@@ -289,7 +297,7 @@ func TestABatchSharesScriptCallsByTimeAndSlot(t *testing.T) {
 			t.Fatalf("%s: %+v %v", it.Key, it.Decision, it.Err)
 		}
 	}
-	if n := commandCalls(t, client, "evalsha"); n != 3 {
+	if n := scriptCalls(t, client); n != 3 {
 		t.Fatalf("checks at 3 times took %d script calls, want 3", n)
 	}
 
@@ -309,7 +317,7 @@ func TestABatchSharesScriptCallsByTimeAndSlot(t *testing.T) {
 		slots[uint16(redistest.SlotOf(it.Key))] = true
 	}
 	cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		m.ScriptLoad(ctx, script.Source)
+		preload(t, m)
 		return m.ConfigResetStat(ctx).Err()
 	})
 	store.ApplyBatch(ctx, items)
@@ -321,7 +329,7 @@ func TestABatchSharesScriptCallsByTimeAndSlot(t *testing.T) {
 	calls := 0
 	for _, m := range cluster.Masters() {
 		mc := redistest.NewClient(m.Addr())
-		calls += commandCalls(t, mc, "evalsha")
+		calls += scriptCalls(t, mc)
 		mc.Close()
 	}
 	if calls != len(slots) {

@@ -45,7 +45,7 @@ func TestGroupsInOneCallAreDecidedAsApplyAllOneByOne(t *testing.T) {
 	batched, single := redisstore.New(hooked), redisstore.New(singleClient)
 	policies := batchPolicies
 	seedCorrupt(ctx, batchClient, singleClient)
-	batchClient.ScriptLoad(ctx, script.Source) // no call sent twice (NOSCRIPT, then EVAL)
+	preload(t, batchClient) // no call sent twice (not found, then loaded)
 	rng := rand.New(rand.NewPCG(7, 11))
 	now := storetest.Start
 	totalGroups := 0
@@ -177,7 +177,7 @@ func TestQueuedApplyAllCallsShareScriptCalls(t *testing.T) {
 	ctx := context.Background()
 	store := redisstore.New(client, redisstore.WithLanes(1))
 	client.Set(ctx, "corrupt", "not a bucket", 0)
-	client.ScriptLoad(ctx, script.Source)
+	preload(t, client)
 	shared := []ratelimit.Limit{ratelimit.PerHour(40)}
 	own := []ratelimit.Limit{ratelimit.PerHour(5)}
 	const n = 64
@@ -195,7 +195,7 @@ func TestQueuedApplyAllCallsShareScriptCalls(t *testing.T) {
 	cont := queued(t, srv, store, n, func(i int) { errs[i] = store.ApplyAll(ctx, items[i]) })
 	cont()
 	// One call for the first, then 63 groups of 3 at 5 a call: 13.
-	if got := commandCalls(t, client, "evalsha"); got != 1+13 {
+	if got := scriptCalls(t, client); got != 1+13 {
 		t.Fatalf("%d script calls, want 14", got)
 	}
 	admitted := 0
@@ -347,7 +347,7 @@ func TestGroupsShareCallsBySlotOnCluster(t *testing.T) {
 	}
 	groups := [][]ratelimit.BatchItem{group("{x}1", "{x}2"), group("{y}1"), group("{x}3", "{x}1"), group("{y}2", "{y}3")}
 	cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		m.ScriptLoad(ctx, script.Source)
+		preload(t, m)
 		return m.ConfigResetStat(ctx).Err()
 	})
 	store.ApplyGroups(ctx, groups)
@@ -364,7 +364,7 @@ func TestGroupsShareCallsBySlotOnCluster(t *testing.T) {
 	calls := 0
 	for _, m := range cluster.Masters() {
 		mc := redistest.NewClient(m.Addr())
-		calls += commandCalls(t, mc, "evalsha")
+		calls += scriptCalls(t, mc)
 		mc.Close()
 	}
 	if calls != 2 {

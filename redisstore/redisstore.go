@@ -2,9 +2,13 @@
 // so that one limit holds across every process that shares the server.
 //
 // Each check is one script call (tokenbucket.lua, embedded) that reads the
-// bucket, refills it, decides and consumes atomically: EVALSHA, and when the
-// server does not have the script cached (NOSCRIPT), one EVAL of its body on
-// the same key. There is no SCRIPT LOAD broadcast and no loop. The script
+// bucket, refills it, decides and consumes atomically. On Redis 7 and later
+// it is a function: FCALL, and when the key's master does not hold the
+// function's library, one FUNCTION LOAD there and the FCALL again. Where
+// the server has no functions (Redis 6, or an ACL that denies them) it is
+// EVALSHA, and when the server does not have the script cached (NOSCRIPT),
+// one EVAL of its body on the same key. There is no broadcast to every
+// server and no loop. The script
 // reads the server's TIME unless the request carries a time (a Limiter built
 // with WithClock), so by default every process shares the server's clock.
 //
@@ -16,7 +20,7 @@
 // # Client settings
 //
 // A script call spends tokens, so it must not be retried blindly: a retried
-// EVALSHA that had already run spends twice. Build the client with
+// call that had already run spends twice. Build the client with
 // ClientOptions, or set MaxRetries: -1, ContextTimeoutEnabled: true (so a
 // hung server costs the caller's deadline, not the 3 s read timeout) and
 // DialerRetries: 1 (so a refused connection is an error in milliseconds).
@@ -28,7 +32,7 @@
 // I/O. Each queue keeps up to DefaultLanes (4; WithLanes) script calls or
 // pipelines in flight, each on its own connection. A check, or the keys of
 // an ApplyAll on one slot, that finds a lane free goes out at once, on its
-// own goroutine, as one EVALSHA. Those that find every lane busy wait and go
+// own goroutine, as one script call. Those that find every lane busy wait and go
 // out together when a lane frees, as one pipeline of up to 256 keys; the
 // goroutine that sends them lives only while the queue has work. Within the
 // pipeline, checks and ApplyAll groups decided at the same time (by the
@@ -75,6 +79,7 @@ package redisstore
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/script"
@@ -88,10 +93,13 @@ type Store struct {
 	client   redis.UniversalClient
 	cluster  *redis.ClusterClient // client, when it is one
 	coalesce bool
-	lanes    int            // pipelines in flight per master
-	single   coalescer      // the queue of a single server
-	enc      script.Encoder // the script's arguments, with this store's policies
-	masters  sync.Map       // on Cluster: master address -> *coalescer
+	// noFunctions: the server has refused functions, so the script goes
+	// by EVALSHA (see run).
+	noFunctions atomic.Bool
+	lanes       int            // pipelines in flight per master
+	single      coalescer      // the queue of a single server
+	enc         script.Encoder // the script's arguments, with this store's policies
+	masters     sync.Map       // on Cluster: master address -> *coalescer
 
 	probeMu    sync.Mutex
 	probeOpts  *redis.Options // for Ping on a single server, read at New
@@ -189,7 +197,7 @@ func (s *Store) check(ctx context.Context, key string, r ratelimit.Request) (rat
 	return s.apply(ctx, key, r)
 }
 
-// apply sends one check: EVALSHA, and EVAL when the script is not cached.
+// apply sends one check, one script call (see eval).
 func (s *Store) apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
 	d, _, err := s.call(ctx, "check", []string{key}, s.enc.Args(r), r)
 	return d, err
@@ -209,19 +217,17 @@ func (s *Store) call(ctx context.Context, op string, keys []string, args []any, 
 	return d, found, nil
 }
 
-// eval runs the script once: EVALSHA, and EVAL of its body when the server
-// has not cached it (NOSCRIPT: the script did not run).
+// eval runs the script once (see run), and once more when the server did
+// not hold it, which ready makes it do.
 func (s *Store) eval(ctx context.Context, keys []string, args []any) (any, error) {
-	res, err := s.client.EvalSha(ctx, script.SHA, keys, args...).Result()
-	if noScript(err) {
-		res, err = s.client.Eval(ctx, script.Source, keys, args...).Result()
+	res, err := s.run(ctx, s.client, keys, args, false).Result()
+	if again, rerr := s.ready(ctx, keys[0], err); again {
+		res, err = s.run(ctx, s.client, keys, args, true).Result()
+	} else {
+		err = rerr
 	}
 	return res, err
 }
-
-// noScript reports whether err is the server's NOSCRIPT: it has not cached
-// the script, which did not run, so running its body is safe.
-func noScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // Ping reports whether Redis answers, for a liveness probe (see package
 // fallback). On a single server it pings on a connection of its own, outside
@@ -338,16 +344,18 @@ type DecisionCmd struct {
 }
 
 // Result returns the check's Decision, or the error that kept it from being
-// decided. When the server did not have the script cached (NOSCRIPT: the
-// script did not run), Result runs it once more, by itself, as an EVAL of
-// its body; later pipelines find it cached.
+// decided. When the server did not hold the script (it did not run: see the
+// package documentation), Result makes it hold it and runs the check once
+// more, by itself; later pipelines find it there.
 func (c *DecisionCmd) Result() (ratelimit.Decision, error) {
 	if c.err != nil {
 		return ratelimit.Decision{}, c.err
 	}
 	res, err := c.cmd.Result()
-	if noScript(err) {
-		res, err = c.s.eval(c.ctx, []string{c.key}, c.s.enc.Args(c.r))
+	if again, rerr := c.s.ready(c.ctx, c.key, err); again {
+		res, err = c.s.run(c.ctx, c.s.client, []string{c.key}, c.s.enc.Args(c.r), true).Result()
+	} else {
+		err = rerr
 	}
 	if err != nil {
 		return ratelimit.Decision{}, wrapErr("check", c.key, err)
@@ -362,7 +370,8 @@ func (c *DecisionCmd) Result() (ratelimit.Decision, error) {
 // Queue puts a check of r on the bucket at key on pipe, beside whatever
 // else the pipeline carries, and returns the command whose Result holds the
 // Decision after pipe.Exec. pipe must come from the Store's client. The check
-// is queued as an EVALSHA; see DecisionCmd.Result for a server that lacks
+// is queued as one script call (FCALL, or EVALSHA on a server without
+// functions); see DecisionCmd.Result for a server that lacks
 // the script. An invalid request queues nothing; its Result is the
 // validation error. Limiter.Request gives the key and request of a subject's
 // check.
@@ -370,5 +379,5 @@ func (s *Store) Queue(ctx context.Context, pipe redis.Pipeliner, key string, r r
 	if err := r.Validate(); err != nil {
 		return &DecisionCmd{err: err}
 	}
-	return &DecisionCmd{s: s, ctx: ctx, r: r, key: key, cmd: pipe.EvalSha(ctx, script.SHA, []string{key}, s.enc.Args(r)...)}
+	return &DecisionCmd{s: s, ctx: ctx, r: r, key: key, cmd: s.run(ctx, pipe, []string{key}, s.enc.Args(r), false)}
 }

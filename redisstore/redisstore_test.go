@@ -35,6 +35,13 @@ func TestSuiteStandalone(t *testing.T) {
 	storetest.Run(t, redisstore.New(client))
 }
 
+// TestSuiteWithoutFunctions runs the suite on a server without functions,
+// where the Store runs the same script by EVALSHA.
+func TestSuiteWithoutFunctions(t *testing.T) {
+	_, client := withoutFunctions(t)
+	storetest.Run(t, redisstore.New(client))
+}
+
 func TestSuiteCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3, 0)
 	client := redistest.NewClusterClient(cluster.Addrs()...)
@@ -315,6 +322,30 @@ func commandCalls(t *testing.T, c redis.UniversalClient, cmd string) int {
 
 // hookedClient returns a client of srv with an open connection, and the hook
 // that records what it sends from then on.
+// scriptCalls returns the script calls the server behind c has run: FCALL,
+// EVALSHA and EVAL.
+func scriptCalls(t *testing.T, c redis.UniversalClient) int {
+	t.Helper()
+	return commandCalls(t, c, "fcall") + commandCalls(t, c, "evalsha") + commandCalls(t, c, "eval")
+}
+
+// preload loads the script's library on the server behind c, as the first
+// check would (so that no call is sent twice).
+func preload(t *testing.T, c redis.Cmdable) {
+	t.Helper()
+	if err := c.FunctionLoad(context.Background(), script.Library).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+}
+
+// withoutFunctions starts a standalone server that has no FCALL and no
+// FUNCTION, as Redis before 7: the Store runs the script by EVALSHA.
+func withoutFunctions(t testing.TB) (*redistest.Server, redis.UniversalClient) {
+	t.Helper()
+	srv := redistest.StartServer(t, "--rename-command", "FCALL", "", "--rename-command", "FUNCTION", "")
+	return srv, redistest.Client(t, srv.Addr())
+}
+
 func hookedClient(t *testing.T, srv *redistest.Server) (redis.UniversalClient, *sent) {
 	t.Helper()
 	client := redistest.Client(t, srv.Addr())
@@ -344,10 +375,10 @@ type scriptCall struct {
 
 // script records cmd when it is a script call. h.mu must be held.
 func (h *sent) script(cmd redis.Cmder) {
-	if name := cmd.Name(); name != "evalsha" && name != "eval" {
+	if name := cmd.Name(); name != "fcall" && name != "evalsha" && name != "eval" {
 		return
 	}
-	a := cmd.Args() // evalsha, sha, numkeys, keys..., argv...
+	a := cmd.Args() // fcall or evalsha, the function or sha, numkeys, keys..., argv...
 	n, _ := strconv.Atoi(fmt.Sprint(a[2]))
 	h.scripts = append(h.scripts, scriptCall{keys: n, mode: fmt.Sprint(a[3+n+1])})
 }
@@ -376,28 +407,63 @@ func (h *sent) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 	}
 }
 
-func TestOneRoundTripAndOneEvalOnNoscript(t *testing.T) {
-	srv, admin := standalone(t)
-	ctx := context.Background()
-	client, hook := hookedClient(t, srv)
-	l, _ := ratelimit.New[string](redisstore.New(client), ratelimit.PerSecond(10))
-	admin.ScriptFlush(ctx)
-	admin.ConfigResetStat(ctx)
-	if _, err := l.TryAcquire(ctx, "s"); err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.Join(hook.names, " "); got != "evalsha eval" {
-		t.Fatalf("first check after SCRIPT FLUSH sent %q, want %q", got, "evalsha eval")
-	}
-	hook.names = nil
-	for range 5 {
-		l.TryAcquire(ctx, "s")
-	}
-	if got := strings.Join(hook.names, " "); got != strings.TrimSpace(strings.Repeat("evalsha ", 5)) {
-		t.Fatalf("five more checks sent %q, want five EVALSHA", got)
-	}
-	if es, e, load := commandCalls(t, admin, "evalsha"), commandCalls(t, admin, "eval"), commandCalls(t, admin, "script|load"); es != 6 || e != 1 || load != 0 {
-		t.Fatalf("the server ran %d EVALSHA, %d EVAL, %d SCRIPT LOAD; want 6, 1, 0", es, e, load)
+// TestOneRoundTripAndOneLoadWhenTheServerLacksTheScript checks the commands
+// a check sends: one FCALL; after FUNCTION FLUSH one more FUNCTION LOAD and
+// FCALL, once; on a server without functions, or an ACL that refuses
+// FUNCTION LOAD, one EVAL of the body (the server lacks the script after
+// SCRIPT FLUSH), and EVALSHA from then on.
+func TestOneRoundTripAndOneLoadWhenTheServerLacksTheScript(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		noFunctions, noACL bool
+		first, then        string
+		want               map[string]int // the server's commandstats
+	}{
+		// (A call that finds no function counts as a call.)
+		{"functions", false, false, "fcall function fcall", "fcall",
+			map[string]int{"fcall": 7, "function|load": 1, "evalsha": 0, "eval": 0}},
+		{"no functions", true, false, "fcall eval", "evalsha",
+			map[string]int{"evalsha": 5, "eval": 1}},
+		{"an ACL without FUNCTION", false, true, "fcall function eval", "evalsha",
+			map[string]int{"fcall": 1, "function|load": 0, "evalsha": 5, "eval": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, admin := standalone(t)
+			if tc.noFunctions {
+				srv, admin = withoutFunctions(t)
+			}
+			ctx := context.Background()
+			client, hook := hookedClient(t, srv)
+			if tc.noACL {
+				if err := admin.Do(ctx, "ACL", "SETUSER", "default", "-function").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l, _ := ratelimit.New[string](redisstore.New(client), ratelimit.PerSecond(10))
+			admin.ScriptFlush(ctx)
+			if !tc.noFunctions {
+				admin.FunctionFlush(ctx)
+			}
+			admin.ConfigResetStat(ctx)
+			if _, err := l.TryAcquire(ctx, "s"); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(hook.names, " "); got != tc.first {
+				t.Fatalf("first check after the flush sent %q, want %q", got, tc.first)
+			}
+			hook.names = nil
+			for range 5 {
+				l.TryAcquire(ctx, "s")
+			}
+			if got, want := strings.Join(hook.names, " "), strings.TrimSpace(strings.Repeat(tc.then+" ", 5)); got != want {
+				t.Fatalf("five more checks sent %q, want %q", got, want)
+			}
+			for cmd, n := range tc.want {
+				if got := commandCalls(t, admin, cmd); got != n {
+					t.Errorf("the server ran %d %s, want %d", got, cmd, n)
+				}
+			}
+		})
 	}
 }
 
@@ -437,7 +503,7 @@ func TestOneStringKeyPerSubjectExpiringWhenFull(t *testing.T) {
 func TestQueueOnAPipeline(t *testing.T) {
 	_, client := standalone(t)
 	ctx := context.Background()
-	client.ScriptFlush(ctx)
+	client.FunctionFlush(ctx)
 	now := storetest.Start
 	l, _ := ratelimit.New[string](redisstore.New(client), ratelimit.PerSecond(2), ratelimit.WithClock(func() time.Time { return now }))
 	key, r, err := l.Request("s", 2)
@@ -451,10 +517,11 @@ func TestQueueOnAPipeline(t *testing.T) {
 	second := store.Queue(ctx, pipe, key, r)
 	incr := pipe.Incr(ctx, "counter")
 	bad := store.Queue(ctx, pipe, key, ratelimit.Request{Limits: r.Limits, Cost: 3})
-	// The server has no script cached: the checks fail with NOSCRIPT (they
-	// did not run), and each Result runs its check once more.
-	if _, err := pipe.Exec(ctx); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
-		t.Fatalf("Exec = %v, want NOSCRIPT", err)
+	// The server does not hold the library: the checks fail with "Function
+	// not found" (they did not run), and each Result runs its check once
+	// more, the first loading it.
+	if _, err := pipe.Exec(ctx); err == nil || !redis.HasErrorPrefix(err, "Function not found") {
+		t.Fatalf("Exec = %v, want Function not found", err)
 	}
 	if set.Err() != nil || incr.Val() != 1 {
 		t.Fatalf("the pipeline's other commands: %v, %v", set.Err(), incr.Val())
@@ -468,7 +535,7 @@ func TestQueueOnAPipeline(t *testing.T) {
 	if _, err := bad.Result(); !errors.Is(err, ratelimit.ErrInvalidArgument) {
 		t.Fatalf("an invalid queued check: err = %v, want ErrInvalidArgument", err)
 	}
-	// From then on the script is cached: EVALSHA, no error.
+	// From then on the server holds it: FCALL, no error.
 	pipe = client.Pipeline()
 	third := store.Queue(ctx, pipe, key, r)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -507,7 +574,29 @@ func TestUnreachableServerIsAnError(t *testing.T) {
 var differentialSequences = flag.Int("differential.sequences", 40, "random sequences of TestDifferential")
 
 func TestDifferential(t *testing.T) {
-	_, client := standalone(t)
+	t.Run("function", func(t *testing.T) {
+		_, client := standalone(t)
+		differential(t, client, callFunction)
+	})
+	t.Run("script", func(t *testing.T) {
+		_, client := withoutFunctions(t)
+		differential(t, client, callScript)
+	})
+}
+
+// callFunc queues one call of the script on c, as the Store under test
+// sends it.
+type callFunc func(ctx context.Context, c redis.Cmdable, keys []string, args []any) *redis.Cmd
+
+func callFunction(ctx context.Context, c redis.Cmdable, keys []string, args []any) *redis.Cmd {
+	return c.FCall(ctx, script.Function, keys, args...)
+}
+
+func callScript(ctx context.Context, c redis.Cmdable, keys []string, args []any) *redis.Cmd {
+	return c.EvalSha(ctx, script.SHA, keys, args...)
+}
+
+func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 	ctx := context.Background()
 	rs := redisstore.New(client)
 	// memstore's own clock stands still, so it never expires a bucket on its
@@ -529,8 +618,10 @@ func TestDifferential(t *testing.T) {
 		{ratelimit.NewLimit(3, 7*time.Microsecond, 11), ratelimit.PerDay(1_000_000)},
 		{{Capacity: 10, RefillTokens: 1, RefillPeriod: 100 * time.Millisecond}}, // PerSecond(10) in other terms
 	}
-	// The transaction below cannot react to NOSCRIPT.
-	if err := client.ScriptLoad(ctx, script.Source).Err(); err != nil {
+	// The transactions below cannot react to a server that lacks the
+	// script: a first check loads it (and turns the Store to EVALSHA on a
+	// server without functions).
+	if _, err := rs.Apply(ctx, "diff-first", ratelimit.Request{Limits: policies[0], Cost: 1}); err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -585,7 +676,7 @@ func TestDifferential(t *testing.T) {
 						r.Costs[i] = 1 + rng.Int64N(min(l.Capacity, 40))
 					}
 				}
-				reserveDiff(t, what, ctx, client, ms, &pure, key, fmt.Sprint(step), r, now, holds)
+				reserveDiff(t, what, ctx, client, call, ms, &pure, key, fmt.Sprint(step), r, now, holds)
 				continue
 			case x < 42 && len(holds) > 0:
 				var id string
@@ -596,7 +687,7 @@ func TestDifferential(t *testing.T) {
 				for i, l := range policy {
 					actual[i] = rng.Int64N(2*min(l.Capacity, 40) + 1)
 				}
-				settleDiff(t, what, ctx, client, ms, &pure, key, id, ratelimit.Request{Limits: policy, Now: r.Now}, actual, now, holds)
+				settleDiff(t, what, ctx, client, call, ms, &pure, key, id, ratelimit.Request{Limits: policy, Now: r.Now}, actual, now, holds)
 				continue
 			}
 			want, ttl, write := pure.Step(r, now)
@@ -633,7 +724,7 @@ var diffEncoder script.Encoder
 
 // reserveDiff reserves r as id on the pure state, memstore and the script,
 // and compares their decisions and the bucket's expiry.
-func reserveDiff(t *testing.T, what string, ctx context.Context, client redis.UniversalClient, ms *memstore.Store, pure *tokenbucket.State, key, id string, r ratelimit.Request, now int64, holds map[string][]tokenbucket.Hold) {
+func reserveDiff(t *testing.T, what string, ctx context.Context, client redis.UniversalClient, call callFunc, ms *memstore.Store, pure *tokenbucket.State, key, id string, r ratelimit.Request, now int64, holds map[string][]tokenbucket.Hold) {
 	t.Helper()
 	want, ttl, write := pure.Step(r, now)
 	if want.Allowed {
@@ -644,7 +735,7 @@ func reserveDiff(t *testing.T, what string, ctx context.Context, client redis.Un
 		t.Fatalf("%s: memstore reserve %+v %v, Step %+v", what, got, err, want)
 	}
 	pipe := client.TxPipeline()
-	res := pipe.EvalSha(ctx, script.SHA, []string{key, keyfmt.Record(key, id)}, diffEncoder.ReserveArgs(r, time.Hour)...)
+	res := call(ctx, pipe, []string{key, keyfmt.Record(key, id)}, diffEncoder.ReserveArgs(r, time.Hour))
 	pttl := pipe.PTTL(ctx, key)
 	pipe.Persist(ctx, key)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -664,7 +755,7 @@ func reserveDiff(t *testing.T, what string, ctx context.Context, client redis.Un
 
 // settleDiff settles reservation id on the pure state, memstore and the
 // script, and compares their decisions and the bucket's expiry.
-func settleDiff(t *testing.T, what string, ctx context.Context, client redis.UniversalClient, ms *memstore.Store, pure *tokenbucket.State, key, id string, r ratelimit.Request, actual []int64, now int64, holds map[string][]tokenbucket.Hold) {
+func settleDiff(t *testing.T, what string, ctx context.Context, client redis.UniversalClient, call callFunc, ms *memstore.Store, pure *tokenbucket.State, key, id string, r ratelimit.Request, actual []int64, now int64, holds map[string][]tokenbucket.Hold) {
 	t.Helper()
 	want, ttl, write := pure.Settle(r, holds[id], actual, now)
 	delete(holds, id)
@@ -673,7 +764,7 @@ func settleDiff(t *testing.T, what string, ctx context.Context, client redis.Uni
 		t.Fatalf("%s: memstore settle %v: %+v %v, Settle %+v", what, actual, got, err, want)
 	}
 	pipe := client.TxPipeline()
-	res := pipe.EvalSha(ctx, script.SHA, []string{key, keyfmt.Record(key, id)}, diffEncoder.SettleArgs(r, actual)...)
+	res := call(ctx, pipe, []string{key, keyfmt.Record(key, id)}, diffEncoder.SettleArgs(r, actual))
 	pttl := pipe.PTTL(ctx, key)
 	pipe.Persist(ctx, key)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -691,7 +782,7 @@ func settleDiff(t *testing.T, what string, ctx context.Context, client redis.Uni
 	if !errors.Is(err, ratelimit.ErrNotReserved) {
 		t.Fatalf("%s: memstore's second settle %+v %v", what, again, err)
 	}
-	res2, err := client.EvalSha(ctx, script.SHA, []string{key, keyfmt.Record(key, id)}, diffEncoder.SettleArgs(r, actual)...).Result()
+	res2, err := call(ctx, client, []string{key, keyfmt.Record(key, id)}, diffEncoder.SettleArgs(r, actual)).Result()
 	if _, found, err := script.ParseSettle(r, res2); err != nil || found {
 		t.Fatalf("%s: the script's second settle found %v, %v", what, found, err)
 	}
@@ -762,5 +853,25 @@ func TestSuiteSentinel(t *testing.T) {
 	storetest.Run(t, store)
 	if err := store.Ping(context.Background()); err != nil {
 		t.Fatalf("Ping through Sentinel: %v", err)
+	}
+}
+
+// TestManyPoliciesOnOneServer checks the library's memo of decoded policies,
+// which starts again past 64: checks of 150 policies, twice over, each
+// decided by its own policy.
+func TestManyPoliciesOnOneServer(t *testing.T) {
+	_, client := standalone(t)
+	ctx := context.Background()
+	store := redisstore.New(client)
+	now := storetest.Start
+	for round := range 2 {
+		for i := range 150 {
+			limit := ratelimit.NewLimit(int64(10+i), time.Hour, int64(10+i)) // (no key expires meanwhile)
+			r := ratelimit.Request{Limits: []ratelimit.Limit{limit}, Cost: 1, Now: now}
+			d, err := store.Apply(ctx, fmt.Sprintf("many:%d", i), r)
+			if want := int64(10+i) - 1 - int64(round); err != nil || !d.Allowed || d.Remaining != want {
+				t.Fatalf("round %d, policy %d: %+v, %v; want allowed, %d left", round, i, d, err, want)
+			}
+		}
 	}
 }

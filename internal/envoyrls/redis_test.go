@@ -217,7 +217,7 @@ func (s *scripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 func (s *scripts) count(c redis.Cmder) {
-	if n := c.Name(); n == "evalsha" || n == "eval" {
+	if n := c.Name(); n == "fcall" || n == "evalsha" || n == "eval" {
 		s.n.Add(1)
 	}
 }

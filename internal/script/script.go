@@ -34,6 +34,16 @@ var SHA = func() string {
 	return hex.EncodeToString(sum[:])
 }()
 
+// Function is the name of the function that runs Source (FCALL), and of
+// the library that holds it (Library): "exactlimit_" and SHA, so that the
+// script of each release is a library of its own and two releases of a
+// rolling deploy run side by side on one server.
+var Function = "exactlimit_" + SHA
+
+// Library is Source as the function library Function (FUNCTION LOAD): its
+// name, and the local NAME the source registers main under.
+var Library = "#!lua name=" + Function + "\nlocal NAME = '" + Function + "'\n" + Source
+
 // ErrUnexpectedReply is wrapped by the error of a check whose reply is not
 // one tokenbucket.lua gives (redisstore exports it).
 var ErrUnexpectedReply = errors.New("redisstore: unexpected script reply")
