@@ -41,6 +41,11 @@ func runCeiling(ctx context.Context, admin *redis.Client, addr string, scripts [
 		if sha != s.sha {
 			return fmt.Errorf("%s: SCRIPT LOAD gave %s, want %s", s.name, sha, s.sha)
 		}
+		if s.lib != "" {
+			if err := admin.FunctionLoad(ctx, s.lib).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+				return fmt.Errorf("FUNCTION LOAD %s: %w", s.name, err)
+			}
+		}
 		if err := checkReply(ctx, admin, s); err != nil {
 			return err
 		}
@@ -49,7 +54,7 @@ func runCeiling(ctx context.Context, admin *redis.Client, addr string, scripts [
 		for _, n := range cfg.subjects {
 			for _, s := range scripts {
 				errs0, errsOK := errorReplies(ctx, admin)
-				r, err := redisBenchmark(addr, cfg.ceilingN, n, s.name, s.tag, s.sha, argStrings(s.args)...)
+				r, err := redisBenchmark(addr, cfg.ceilingN, n, s, argStrings(s.args)...)
 				if err != nil {
 					return fmt.Errorf("%s: %w", s.name, err)
 				}
@@ -75,7 +80,7 @@ func checkReply(ctx context.Context, admin *redis.Client, s serverScript) error 
 	for i, a := range argStrings(s.args) {
 		args[i] = a
 	}
-	res, err := admin.EvalSha(ctx, s.sha, []string{"rb:check:" + s.tag + ":" + randHex()}, args...).Result()
+	res, err := s.call(ctx, admin, "rb:check:"+s.tag+":"+randHex(), args).Result()
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.name, err)
 	}
@@ -98,7 +103,7 @@ func errorReplies(ctx context.Context, admin *redis.Client) (n int64, ok bool) {
 	return n, err == nil
 }
 
-// redisBenchmark drives the EVALSHA of sha with args as redis-benchmark -c 50
+// redisBenchmark drives s (see serverScript.call) with args as redis-benchmark -c 50
 // -P 16 would, from Go: 50 connections, each sending pipelines of 16 calls
 // one after the other, until n calls are answered, on subjects keys drawn at
 // random (one hot key when subjects is 1). It returns calls per second and
@@ -107,14 +112,19 @@ func errorReplies(ctx context.Context, admin *redis.Client) (n int64, ok bool) {
 // script's policy argument holds zero bytes, which a command line cannot
 // carry; every script is driven the same way, so the rates compare. Any
 // error reply fails the run.
-func redisBenchmark(addr string, n, subjects int, name, tag, sha string, args ...string) (ceilingResult, error) {
+func redisBenchmark(addr string, n, subjects int, s serverScript, args ...string) (ceilingResult, error) {
+	name, tag := s.name, s.tag
 	const conns, depth = 50, 16
 	res := ceilingResult{name: name, subjects: subjects}
 	key := "rb:" + tag + ":hot"
 	if subjects > 1 {
 		key = "rb:" + tag + ":<random of " + strconv.Itoa(subjects) + ">"
 	}
-	res.args = fmt.Sprintf("%d connections × pipelines of %d, %d calls: EVALSHA <sha> 1 %s %s", conns, depth, n, key, quoteArgs(args))
+	command := "EVALSHA <sha>"
+	if s.fn != "" {
+		command = "FCALL " + s.fn
+	}
+	res.args = fmt.Sprintf("%d connections × pipelines of %d, %d calls: %s 1 %s %s", conns, depth, n, command, key, quoteArgs(args))
 	// No CLIENT SETINFO or MAINT_NOTIFICATIONS handshake: each is an error
 	// reply on an older Redis, and the run must see none.
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: conns, MaxRetries: -1, DisableIdentity: true,
@@ -144,7 +154,7 @@ func redisBenchmark(addr string, n, subjects int, name, tag, sha string, args ..
 					if subjects > 1 {
 						k = "rb:" + tag + ":" + strconv.Itoa(rng.IntN(subjects))
 					}
-					cmds[i] = pipe.EvalSha(ctx, sha, []string{k}, argv...)
+					cmds[i] = s.call(ctx, pipe, k, argv)
 				}
 				t0 := time.Now()
 				pipe.Exec(ctx)

@@ -17,7 +17,8 @@ import (
 )
 
 // The instructions section counts the instructions redis-server executes per
-// decision of our script, under valgrind's callgrind, which does not depend
+// decision of our script, run as the function it ships as (FCALL), under
+// valgrind's callgrind, which does not depend
 // on the machine's load: one PerSecond(rate) limit, 1,000 cycling subjects,
 // calls of K keys in mode "each" on the server's TIME, one connection. It
 // runs the server twice per K, for few and for many calls, and divides the
@@ -90,6 +91,9 @@ func callgrindRun(ctx context.Context, p policy, k, calls int) (int64, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	if err := c.FunctionLoad(ctx, script.Library).Err(); err != nil {
+		return 0, err
+	}
 	r := ratelimit.Request{Limits: []ratelimit.Limit{ourLimit(env{policy: p})}, Cost: 1}
 	var enc script.Encoder
 	keys := make([]string, k)
@@ -99,13 +103,8 @@ func callgrindRun(ctx context.Context, p policy, k, calls int) (int64, error) {
 			keys[j] = fmt.Sprintf("ic:%d", (i*k+j)%instrSubjects)
 			args = enc.AppendRequest(args, r)
 		}
-		if _, err := c.EvalSha(ctx, script.SHA, keys, args...).Result(); err != nil {
-			if !strings.HasPrefix(err.Error(), "NOSCRIPT") {
-				return 0, err
-			}
-			if _, err := c.Eval(ctx, script.Source, keys, args...).Result(); err != nil {
-				return 0, err
-			}
+		if _, err := c.FCall(ctx, script.Function, keys, args...).Result(); err != nil {
+			return 0, err
 		}
 	}
 	c.Shutdown(ctx) // ends the connection: its error is expected

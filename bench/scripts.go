@@ -29,7 +29,10 @@ type serverScript struct {
 	tag  string // key prefix of its runs, rb:<tag>:...
 	body string
 	sha  string
-	args []any
+	// fn and lib: a script that ships as a function (ours) runs as one,
+	// FCALL of fn after FUNCTION LOAD of lib.
+	fn, lib string
+	args    []any
 	// check tells whether a reply to one check on a fresh key is the one
 	// its library expects: redis-benchmark counts error replies as requests
 	// like any other.
@@ -45,7 +48,7 @@ const (
 )
 
 // serverScripts returns the scripts the ceiling and script sections run:
-// our shipped script on a one-limit check of p (ARGV from redisstore's encoder,
+// our shipped script (as the function it ships as) on a one-limit check of p (ARGV from redisstore's encoder,
 // the server's TIME), redis_rate v10's GCRA script with the ARGV its
 // AllowN sends for p (both taken from the module, see captureRedisRate),
 // the skeleton with our script's expiry for a one-token check of p, and
@@ -69,7 +72,8 @@ func serverScripts(p policy) ([]serverScript, error) {
 		return nil
 	}
 	return []serverScript{
-		{name: scriptOurs, tag: "ours", body: script.Source, sha: script.SHA, args: new(script.Encoder).Args(r),
+		{name: scriptOurs, tag: "ours", body: script.Source, sha: script.SHA, fn: script.Function, lib: script.Library,
+			args: new(script.Encoder).Args(r),
 			check: func(reply any) error {
 				d, err := script.ParseReply(r, reply)
 				if err == nil && !d.Allowed {
@@ -177,4 +181,13 @@ func argStrings(args []any) []string {
 		}
 	}
 	return out
+}
+
+// call queues one run of s on key with args through c: FCALL of its
+// function, or EVALSHA.
+func (s serverScript) call(ctx context.Context, c redis.Cmdable, key string, args []any) *redis.Cmd {
+	if s.fn != "" {
+		return c.FCall(ctx, s.fn, []string{key}, args...)
+	}
+	return c.EvalSha(ctx, s.sha, []string{key}, args...)
 }

@@ -280,7 +280,7 @@ func TestCeilingSeesErrorReplies(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1, DisableIdentity: true})
 	defer c.Close()
 	ctx := context.Background()
-	if err := c.ScriptLoad(ctx, script.Source).Err(); err != nil {
+	if err := c.FunctionLoad(ctx, script.Library).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
 		t.Fatal(err)
 	}
 	scripts, err := serverScripts(policy{rate: 1000, burst: 1000})
@@ -296,7 +296,9 @@ func TestCeilingSeesErrorReplies(t *testing.T) {
 		fail bool
 	}{{"shipped ARGV", good, false}, {"cost 0", bad, true}} {
 		e0, ok0 := errorReplies(ctx, c)
-		_, err := redisBenchmark(srv.addr, 200, 100, tc.name, "errcheck", script.SHA, tc.args...)
+		ours := scripts[0]
+		ours.name, ours.tag = tc.name, "errcheck"
+		_, err := redisBenchmark(srv.addr, 200, 100, ours, tc.args...)
 		e1, ok1 := errorReplies(ctx, c)
 		if !ok0 || !ok1 {
 			t.Fatal("no total_error_replies in INFO stats")
