@@ -301,6 +301,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	checks := make([]check, len(req.Descriptors))
 	var replacing map[string]bool
+	refunds := false
 	for i, d := range req.Descriptors {
 		c := &checks[i]
 		c.hits = uint64(max(1, req.HitsAddend))
@@ -308,6 +309,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			c.hits = d.HitsAddend.Value
 		}
 		c.refund = d.IsNegativeHits
+		refunds = refunds || c.refund
 		if d.Limit != nil {
 			if err := s.overrideCheck(c, req.Domain, d); err != nil {
 				s.metrics.request("invalid")
@@ -337,6 +339,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 
 	buckets := s.buckets(checks)
+	if len(buckets) > 0 || refunds {
+		var cancel context.CancelFunc
+		ctx, cancel = s.bound(ctx)
+		defer cancel()
+	}
 	if err := s.decide(ctx, buckets); err != nil {
 		s.metrics.request("error")
 		switch {
@@ -579,6 +586,17 @@ func (s *Service) buckets(checks []check) []*bucket {
 	return out
 }
 
+// bound returns ctx bounded by the service's timeout, the one bound of a
+// request's store calls, decide's and refund's together. A context whose
+// deadline comes first is returned as it is: a timer of the timeout would
+// never fire before its own (a gRPC call's deadline is usually such).
+func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
 // decide decides the buckets as one. A bucket in shadow mode never denies
 // the others: when only shadow buckets lack their cost they are left out
 // and the rest decided again. A bucket of cost 0 is only looked at and never
@@ -589,8 +607,6 @@ func (s *Service) decide(ctx context.Context, buckets []*bucket) error {
 	if len(buckets) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	var now time.Time
 	if s.clock != nil {
 		now = s.clock()
@@ -708,8 +724,6 @@ func (s *Service) run(ctx context.Context, buckets []*bucket, now time.Time, pee
 // to no bucket (no rule, an unlimited or replaced rule, requests_per_unit 0)
 // does nothing, and one of 0 hits looks at the bucket.
 func (s *Service) refund(ctx context.Context, checks []check) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	for i := range checks {
 		c := &checks[i]
 		if !c.refund || c.rule == nil || c.rule.Unlimited || c.replaced || c.lim == nil {
