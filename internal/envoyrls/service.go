@@ -229,15 +229,27 @@ func (s *Service) Reload(path string) error {
 func (s *Service) Register(srv grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitServiceServer(srv, s) }
 
 // ServerOptions are the options of a gRPC server for the service: message
-// sizes capped at MaxRecvMsgSize and MaxSendMsgSize.
+// sizes capped at MaxRecvMsgSize and MaxSendMsgSize, a pool of
+// workersPerCPU stream workers per CPU, and write buffers shared by the
+// connections.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize), grpc.MaxSendMsgSize(MaxSendMsgSize),
-		// A fixed pool of goroutines serves the calls (none started per
-		// call), and connections share their write buffers.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true),
+		grpc.NumStreamWorkers(uint32(workersPerCPU * runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true),
 	}
 }
+
+// workersPerCPU sizes the gRPC server's pool of stream workers: goroutines
+// that serve one call after another, so that a call neither starts a
+// goroutine nor grows a new one's stack (through gRPC and the Redis client,
+// a call needs several times the initial stack; growing it copies it each
+// time). A call spends most of its time waiting for the store, so a CPU has
+// tens of calls in flight; a call beyond the pool gets a goroutine of its
+// own, as without one. The pool is not larger because the garbage
+// collector halves the stack of every idle worker, and an idle worker's
+// next call grows it again: workers that are never all busy cost more
+// than they save.
+const workersPerCPU = 32
 
 // check is one descriptor of a request, resolved.
 type check struct {
