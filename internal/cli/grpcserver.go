@@ -152,9 +152,13 @@ type streamCancelKey struct{}
 // headers: a call whose request message does not arrive in time ends with
 // DEADLINE_EXCEEDED, instead of holding its stream (and its metadata) for
 // as long as the client keeps the connection. The transport reads the
-// request under this context, which an interceptor cannot bound.
+// request under this context, which an interceptor cannot bound. A stream
+// whose own deadline (the client's grpc-timeout) comes first keeps it alone.
 func readDeadline(d time.Duration) tap.ServerInHandle {
 	return func(ctx context.Context, _ *tap.Info) (context.Context, error) {
+		if within(ctx, d) {
+			return ctx, nil
+		}
 		ctx, cancel := context.WithTimeout(ctx, d)
 		// callDeadline cancels it when the call ends; a stream that never
 		// reaches it (its message never came) is released by the timer.
@@ -163,17 +167,25 @@ func readDeadline(d time.Duration) tap.ServerInHandle {
 }
 
 // callDeadline returns the interceptor that bounds each call's handling by
-// d (none when d <= 0) and releases readDeadline's timer when it ends.
+// d (none when d <= 0; a call whose deadline comes first keeps it alone) and
+// releases readDeadline's timer when it ends.
 func callDeadline(d time.Duration) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if cancel, ok := ctx.Value(streamCancelKey{}).(context.CancelFunc); ok {
 			defer cancel()
 		}
-		if d > 0 {
+		if d > 0 && !within(ctx, d) {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, d)
 			defer cancel()
 		}
 		return handler(ctx, req)
 	}
+}
+
+// within reports whether ctx ends within d from now: a timer of d on it
+// would never fire first.
+func within(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) <= d
 }

@@ -139,10 +139,20 @@ type Service struct {
 	lastErrLog atomic.Int64
 }
 
-// state is a configuration with a Limiter for each of its bucket rules.
+// state is a configuration with what each of its rules decides and answers
+// with.
 type state struct {
-	cfg      *Config
-	limiters map[*Rule]*ratelimit.Limiter[string]
+	cfg   *Config
+	rules map[*Rule]ruleState
+}
+
+// ruleState is a rule's part of a state: the Limiter of its bucket (nil for
+// an unlimited rule and for requests_per_unit 0), and the current_limit of
+// its statuses, which every response naming the rule shares and none
+// changes.
+type ruleState struct {
+	lim     *ratelimit.Limiter[string]
+	current *rlsv3.RateLimitResponse_RateLimit
 }
 
 // New returns a Service. It does no I/O.
@@ -173,19 +183,21 @@ func New(o Options) (*Service, error) {
 // either the old configuration or cfg, never a mix. Each rule whose refill
 // rate was rounded down (Rule.Rounded) is logged.
 func (s *Service) SetConfig(cfg *Config) error {
-	st := &state{cfg: cfg, limiters: map[*Rule]*ratelimit.Limiter[string]{}}
+	st := &state{cfg: cfg, rules: map[*Rule]ruleState{}}
 	var opts []ratelimit.Option
 	if s.clock != nil {
 		opts = append(opts, ratelimit.WithClock(s.clock))
 	}
 	var err error
 	cfg.eachRule(func(r *Rule) {
-		if err != nil || r.limit == (ratelimit.Limit{}) {
+		if err != nil {
 			return
 		}
-		var lim *ratelimit.Limiter[string]
-		lim, err = ratelimit.New[string](s.store, r.limit, append(opts, ratelimit.WithNamespace(r.namespace))...)
-		st.limiters[r] = lim
+		rs := ruleState{current: &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: unitEnum[r.Unit]}}
+		if r.limit != (ratelimit.Limit{}) {
+			rs.lim, err = ratelimit.New[string](s.store, r.limit, append(opts, ratelimit.WithNamespace(r.namespace))...)
+		}
+		st.rules[r] = rs
 	})
 	if err != nil {
 		return fmt.Errorf("envoyrls: %w", err)
@@ -229,15 +241,27 @@ func (s *Service) Reload(path string) error {
 func (s *Service) Register(srv grpc.ServiceRegistrar) { rlsv3.RegisterRateLimitServiceServer(srv, s) }
 
 // ServerOptions are the options of a gRPC server for the service: message
-// sizes capped at MaxRecvMsgSize and MaxSendMsgSize.
+// sizes capped at MaxRecvMsgSize and MaxSendMsgSize, a pool of
+// workersPerCPU stream workers per CPU, and write buffers shared by the
+// connections.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize), grpc.MaxSendMsgSize(MaxSendMsgSize),
-		// A fixed pool of goroutines serves the calls (none started per
-		// call), and connections share their write buffers.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true),
+		grpc.NumStreamWorkers(uint32(workersPerCPU * runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true),
 	}
 }
+
+// workersPerCPU sizes the gRPC server's pool of stream workers: goroutines
+// that serve one call after another, so that a call neither starts a
+// goroutine nor grows a new one's stack (through gRPC and the Redis client,
+// a call needs several times the initial stack; growing it copies it each
+// time). A call spends most of its time waiting for the store, so a CPU has
+// tens of calls in flight; a call beyond the pool gets a goroutine of its
+// own, as without one. The pool is not larger because the garbage
+// collector halves the stack of every idle worker, and an idle worker's
+// next call grows it again: workers that are never all busy cost more
+// than they save.
+const workersPerCPU = 32
 
 // check is one descriptor of a request, resolved.
 type check struct {
@@ -247,7 +271,7 @@ type check struct {
 	metric   string
 	hits     uint64
 	replaced bool
-	override *rlsv3.RateLimitResponse_RateLimit // a descriptor's own limit
+	current  *rlsv3.RateLimitResponse_RateLimit // the rule's, or a descriptor's own limit
 	refund   bool                               // is_negative_hits: hits go back (see refund)
 	bucket   *bucket
 	// seen is the balance of the bucket this check was counted against,
@@ -261,7 +285,7 @@ type check struct {
 type bucket struct {
 	key        string
 	limit      ratelimit.Limit
-	limits     []ratelimit.Limit // the Limiter's: {limit}, or nil for rpu 0
+	limits     []ratelimit.Limit // the Limiter's (see limitsOf), nil for rpu 0
 	lim        *ratelimit.Limiter[string]
 	subject    string
 	cost       int64 // 0 peeks
@@ -288,11 +312,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	st := s.state.Load()
 	root := st.cfg.domains[req.Domain]
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
+	resp, statuses, resets := newResponse(len(req.Descriptors))
 	if root == nil {
-		for i := range resp.Statuses {
-			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		}
 		if s.dynamic {
 			resp.DynamicMetadata = dynamicMetadata(req, nil)
 		}
@@ -301,6 +322,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	checks := make([]check, len(req.Descriptors))
 	var replacing map[string]bool
+	refunds := false
 	for i, d := range req.Descriptors {
 		c := &checks[i]
 		c.hits = uint64(max(1, req.HitsAddend))
@@ -308,6 +330,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			c.hits = d.HitsAddend.Value
 		}
 		c.refund = d.IsNegativeHits
+		refunds = refunds || c.refund
 		if d.Limit != nil {
 			if err := s.overrideCheck(c, req.Domain, d); err != nil {
 				s.metrics.request("invalid")
@@ -319,7 +342,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if !ok {
 			continue
 		}
-		c.rule, c.subject, c.metric, c.lim = m.rule, m.subject, m.metric, st.limiters[m.rule]
+		rs := st.rules[m.rule]
+		c.rule, c.subject, c.metric, c.lim, c.current = m.rule, m.subject, m.metric, rs.lim, rs.current
 		for _, name := range m.rule.Replaces {
 			if replacing == nil {
 				replacing = map[string]bool{}
@@ -337,6 +361,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 
 	buckets := s.buckets(checks)
+	if len(buckets) > 0 || refunds {
+		var cancel context.CancelFunc
+		ctx, cancel = s.bound(ctx)
+		defer cancel()
+	}
 	if err := s.decide(ctx, buckets); err != nil {
 		s.metrics.request("error")
 		switch {
@@ -372,8 +401,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	bind, least := -1, uint32(maxUint32)
 	for i := range checks {
 		c := &checks[i]
-		st := s.statusOf(c)
-		resp.Statuses[i] = st
+		st := &statuses[i]
+		setStatus(st, &resets[i], c)
 		s.metrics.observe(c)
 		if st.CurrentLimit != nil && st.LimitRemaining < least {
 			bind, least = i, st.LimitRemaining
@@ -400,6 +429,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		s.metrics.request("over_limit")
 	}
 	return resp, nil
+}
+
+// limitsOf returns b's limits, read from its Limiter when first asked for:
+// a bucket decided through its Limiter alone never needs them.
+func (b *bucket) limitsOf() []ratelimit.Limit {
+	if b.limits == nil && b.lim != nil {
+		b.limits = b.lim.Limits()
+	}
+	return b.limits
 }
 
 // settle counts each check against its bucket in request order, as the
@@ -511,7 +549,7 @@ func (s *Service) overrideCheck(c *check, domain string, d *rlv3.RateLimitDescri
 	stat.WriteString(overrideSuffix)
 	r := &Rule{Domain: domain, Path: stat.String(), Unit: name, RequestsPerUnit: o.RequestsPerUnit, Capacity: int64(o.RequestsPerUnit), namespace: b.String(), override: true}
 	c.rule, c.subject, c.metric = r, shorten(subj.String()), r.Path
-	c.override = &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: o.RequestsPerUnit, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(o.Unit), UnitMultiplier: o.UnitMultiplier}
+	c.current = &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: o.RequestsPerUnit, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(o.Unit), UnitMultiplier: o.UnitMultiplier}
 	if o.RequestsPerUnit == 0 {
 		return nil
 	}
@@ -539,15 +577,13 @@ func (s *Service) buckets(checks []check) []*bucket {
 			continue
 		}
 		var key string
-		var limits []ratelimit.Limit
 		switch {
 		case c.lim != nil && len(checks) == 1:
 			// One descriptor: decide through its Limiter (decide's
 			// fast path), which builds no key on a store that takes
 			// split keys.
-			limits = c.lim.Limits()
 		case c.lim != nil:
-			key, limits = c.lim.Key(c.subject), c.lim.Limits()
+			key = c.lim.Key(c.subject)
 		default:
 			key = r.namespace + "\x00" + c.subject // rpu 0: never stored
 		}
@@ -559,7 +595,7 @@ func (s *Service) buckets(checks []check) []*bucket {
 			}
 		}
 		if b == nil {
-			b = &bucket{key: key, lim: c.lim, subject: c.subject, limit: r.limit, limits: limits, shadow: r.ShadowMode}
+			b = &bucket{key: key, lim: c.lim, subject: c.subject, limit: r.limit, shadow: r.ShadowMode}
 			out = append(out, b)
 		}
 		c.bucket = b
@@ -579,6 +615,17 @@ func (s *Service) buckets(checks []check) []*bucket {
 	return out
 }
 
+// bound returns ctx bounded by the service's timeout, the one bound of a
+// request's store calls, decide's and refund's together. A context whose
+// deadline comes first is returned as it is: a timer of the timeout would
+// never fire before its own (a gRPC call's deadline is usually such).
+func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
 // decide decides the buckets as one. A bucket in shadow mode never denies
 // the others: when only shadow buckets lack their cost they are left out
 // and the rest decided again. A bucket of cost 0 is only looked at and never
@@ -589,8 +636,6 @@ func (s *Service) decide(ctx context.Context, buckets []*bucket) error {
 	if len(buckets) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	var now time.Time
 	if s.clock != nil {
 		now = s.clock()
@@ -684,7 +729,7 @@ func (s *Service) run(ctx context.Context, buckets []*bucket, now time.Time, pee
 		if b.key == "" {
 			b.key = b.lim.Key(b.subject) // left for decide's fast path
 		}
-		r := ratelimit.Request{Limits: b.limits, Cost: b.cost, Peek: peek || b.cost == 0, Now: now}
+		r := ratelimit.Request{Limits: b.limitsOf(), Cost: b.cost, Peek: peek || b.cost == 0, Now: now}
 		items = append(items, ratelimit.BatchItem{Key: b.key, Request: r})
 		idx = append(idx, b)
 	}
@@ -708,14 +753,12 @@ func (s *Service) run(ctx context.Context, buckets []*bucket, now time.Time, pee
 // to no bucket (no rule, an unlimited or replaced rule, requests_per_unit 0)
 // does nothing, and one of 0 hits looks at the bucket.
 func (s *Service) refund(ctx context.Context, checks []check) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	for i := range checks {
 		c := &checks[i]
 		if !c.refund || c.rule == nil || c.rule.Unlimited || c.replaced || c.lim == nil {
 			continue
 		}
-		b := &bucket{key: c.lim.Key(c.subject), lim: c.lim, subject: c.subject, limit: c.rule.limit, limits: c.lim.Limits(), shadow: c.rule.ShadowMode}
+		b := &bucket{key: c.lim.Key(c.subject), lim: c.lim, subject: c.subject, limit: c.rule.limit, shadow: c.rule.ShadowMode}
 		c.bucket, c.fits = b, true
 		var err error
 		if c.hits == 0 {
@@ -739,27 +782,57 @@ func (s *Service) refund(ctx context.Context, checks []check) error {
 	return nil
 }
 
-// statusOf is a check's descriptor status.
-func (s *Service) statusOf(c *check) *rlsv3.RateLimitResponse_DescriptorStatus {
+// reply is a response to one descriptor, the usual request, in one
+// allocation: the message, its status and the status's reset.
+type reply struct {
+	resp     rlsv3.RateLimitResponse
+	statuses [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	status   [1]rlsv3.RateLimitResponse_DescriptorStatus
+	reset    [1]durationpb.Duration
+}
+
+// newResponse returns an OK response of n statuses, each OK, with the
+// statuses to fill in and room for their resets (see setStatus).
+func newResponse(n int) (*rlsv3.RateLimitResponse, []rlsv3.RateLimitResponse_DescriptorStatus, []durationpb.Duration) {
+	var resp *rlsv3.RateLimitResponse
+	var statuses []rlsv3.RateLimitResponse_DescriptorStatus
+	var resets []durationpb.Duration
+	if n == 1 {
+		r := new(reply)
+		resp, statuses, resets = &r.resp, r.status[:], r.reset[:]
+		resp.Statuses = r.statuses[:]
+	} else {
+		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+		statuses, resets = make([]rlsv3.RateLimitResponse_DescriptorStatus, n), make([]durationpb.Duration, n)
+	}
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
+	for i := range statuses {
+		statuses[i].Code = rlsv3.RateLimitResponse_OK
+		resp.Statuses[i] = &statuses[i]
+	}
+	return resp, statuses, resets
+}
+
+// setStatus fills in st, an OK status, as c's descriptor status, with its
+// duration_until_reset in reset.
+func setStatus(st *rlsv3.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration, c *check) {
 	r := c.rule
 	switch {
 	case r == nil || c.replaced:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		return
 	case r.Unlimited: // never replaced (see ShouldRateLimit)
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: maxUint32}
+		st.LimitRemaining = maxUint32
+		return
 	case c.refund && c.bucket == nil: // rpu 0: nothing to give back
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		return
 	}
 	b := c.bucket
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: c.override}
-	if st.CurrentLimit == nil {
-		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: unitEnum[r.Unit]}
-	}
-	reset := max(b.d.ResetAfter, 0)
+	st.CurrentLimit, st.DurationUntilReset = c.current, reset
+	until := max(b.d.ResetAfter, 0)
 	if c.refund {
 		st.LimitRemaining = uint32(min(max(b.d.Remaining, 0), maxUint32))
-		st.DurationUntilReset = durationpb.New(reset)
-		return st
+		setDuration(reset, until)
+		return
 	}
 	if c.fits {
 		st.LimitRemaining = uint32(min(c.seen-int64(c.hits), maxUint32))
@@ -767,19 +840,23 @@ func (s *Service) statusOf(c *check) *rlsv3.RateLimitResponse_DescriptorStatus {
 		// Over: nothing left for it, as the peer says, and never a reset
 		// of 0 (a full bucket that can never hold the hits, or rpu 0,
 		// resets in one unit).
-		reset = max(reset, b.d.RetryAfter)
-		if reset <= 0 || b.limit == (ratelimit.Limit{}) {
-			reset = units.Durations[r.Unit]
+		until = max(until, b.d.RetryAfter)
+		if until <= 0 || b.limit == (ratelimit.Limit{}) {
+			until = units.Durations[r.Unit]
 		}
 		if !b.shadow {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
 	if b.limit == (ratelimit.Limit{}) {
-		reset = units.Durations[r.Unit] // rpu 0 never fills
+		until = units.Durations[r.Unit] // rpu 0 never fills
 	}
-	st.DurationUntilReset = durationpb.New(reset)
-	return st
+	setDuration(reset, until)
+}
+
+// setDuration sets p to d, as durationpb.New does.
+func setDuration(p *durationpb.Duration, d time.Duration) {
+	p.Seconds, p.Nanos = int64(d/time.Second), int32(d%time.Second)
 }
 
 var unitEnum = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
@@ -818,7 +895,7 @@ func (s *Service) responseHeaders(c *check, st *rlsv3.RateLimitResponse_Descript
 		now = s.clock()
 	}
 	h := http.Header{}
-	httplimit.SetHeaders(h, name, b.limits, b.d, now)
+	httplimit.SetHeaders(h, name, b.limitsOf(), b.d, now)
 	for _, k := range []string{"RateLimit-Policy", "RateLimit"} {
 		if v := h.Get(k); v != "" {
 			out = append(out, &corev3.HeaderValue{Key: k, Value: v})

@@ -597,3 +597,62 @@ func concurrentOK(t *testing.T, f *fixture, descs ...*rlv3.RateLimitDescriptor) 
 		return err == nil && r.OverallCode == ok, err
 	})
 }
+
+// deadlineStore records the deadline of each Apply's context.
+type deadlineStore struct {
+	ratelimit.Store
+	deadline time.Time
+	ok       bool
+}
+
+func (d *deadlineStore) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	d.deadline, d.ok = ctx.Deadline()
+	return d.Store.Apply(ctx, key, r)
+}
+
+// TestStoreCallsBounded checks that the store calls of a request are
+// bounded by Options.Timeout, and by the caller's deadline when that comes
+// first.
+func TestStoreCallsBounded(t *testing.T) {
+	cfg, err := ParseConfig("t.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &deadlineStore{Store: memstore.New()}
+	svc, err := New(Options{Store: store, Config: cfg, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{
+		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}},
+	}}
+	for _, tc := range []struct {
+		name   string
+		caller time.Duration // 0: no deadline
+		want   time.Duration
+	}{
+		{"no deadline", 0, time.Minute},
+		{"a later deadline", time.Hour, time.Minute},
+		{"an earlier deadline", time.Second, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			if tc.caller > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.caller)
+				defer cancel()
+			}
+			start := time.Now()
+			if _, err := svc.ShouldRateLimit(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			if !store.ok {
+				t.Fatal("the store call had no deadline")
+			}
+			end := time.Now()
+			if store.deadline.After(end.Add(tc.want)) || store.deadline.Before(start.Add(tc.want-time.Second/2)) {
+				t.Fatalf("the store call's deadline is %v after the request, want about %v", store.deadline.Sub(start), tc.want)
+			}
+		})
+	}
+}
