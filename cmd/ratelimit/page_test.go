@@ -131,7 +131,9 @@ func TestOperatorPage(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "ratelimit.yaml")
-	os.WriteFile(cfg, []byte("namespaces:\n  - name: default\n    rate_limit: {unit: second, requests_per_unit: 10}\n"+
+	// Per minute: how fast the checks below run changes none of their
+	// decisions (alice and bob are denied, carol is not).
+	os.WriteFile(cfg, []byte("namespaces:\n  - name: default\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"+
 		"  - name: login\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"), 0o644)
 	const token = "op-page-t0ken"
 	tokenFile := filepath.Join(dir, "token")
