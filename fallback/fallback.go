@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/clock"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
@@ -365,11 +366,10 @@ func (s *Store) callPrimary(ctx context.Context, prefix, key string, r ratelimit
 	return s.primary.Apply(ctx, prefix+key, r)
 }
 
+// withTimeout bounds a call of the primary by the store's timeout (see
+// WithTimeout); a caller whose deadline comes first keeps it alone.
 func (s *Store) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if s.timeout > 0 {
-		return context.WithTimeout(ctx, s.timeout)
-	}
-	return ctx, func() {}
+	return clock.Bound(ctx, s.timeout)
 }
 
 // A failure is what an error of the primary means for the breaker.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/tap"
 
+	"github.com/exactlimit/ratelimit/internal/clock"
 	"github.com/exactlimit/ratelimit/internal/envoyrls"
 )
 
@@ -156,7 +157,7 @@ type streamCancelKey struct{}
 // whose own deadline (the client's grpc-timeout) comes first keeps it alone.
 func readDeadline(d time.Duration) tap.ServerInHandle {
 	return func(ctx context.Context, _ *tap.Info) (context.Context, error) {
-		if within(ctx, d) {
+		if clock.Within(ctx, d) {
 			return ctx, nil
 		}
 		ctx, cancel := context.WithTimeout(ctx, d)
@@ -174,18 +175,8 @@ func callDeadline(d time.Duration) grpc.UnaryServerInterceptor {
 		if cancel, ok := ctx.Value(streamCancelKey{}).(context.CancelFunc); ok {
 			defer cancel()
 		}
-		if d > 0 && !within(ctx, d) {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, d)
-			defer cancel()
-		}
+		ctx, cancel := clock.Bound(ctx, d)
+		defer cancel()
 		return handler(ctx, req)
 	}
-}
-
-// within reports whether ctx ends within d from now: a timer of d on it
-// would never fire first.
-func within(ctx context.Context, d time.Duration) bool {
-	dl, ok := ctx.Deadline()
-	return ok && time.Until(dl) <= d
 }

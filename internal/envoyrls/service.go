@@ -23,6 +23,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/httplimit"
+	"github.com/exactlimit/ratelimit/internal/clock"
 	"github.com/exactlimit/ratelimit/internal/units"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
@@ -620,10 +621,7 @@ func (s *Service) buckets(checks []check) []*bucket {
 // deadline comes first is returned as it is: a timer of the timeout would
 // never fire before its own (a gRPC call's deadline is usually such).
 func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, s.timeout)
+	return clock.Bound(ctx, s.timeout)
 }
 
 // decide decides the buckets as one. A bucket in shadow mode never denies
