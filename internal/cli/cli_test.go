@@ -139,6 +139,7 @@ func TestMainUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve", "--fleet-size", "3"},
 		{"serve", "--timeout", "0s"},
+		{"serve", "--gc-percent", "0"},
 		{"serve", "--body", "xml"},
 		{"serve", "--upstream", "http://127.0.0.1:1", "--key", "cookie"},
 		{"serve", "--upstream", "http://127.0.0.1:1", "--trusted-proxies", "10.0.0.0/33"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,10 @@ func TestServeInProcess(t *testing.T) {
 			t.Fatalf("serve did not start: %s", stderr.String())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	// Without GOGC, serve sets the collector's target to --gc-percent.
+	if got := debug.SetGCPercent(100); got != defaultGCPercent {
+		t.Errorf("the GC percent while serving is %d, want %d", got, defaultGCPercent)
 	}
 	var wg sync.WaitGroup
 	codes := make([]int, 30)
