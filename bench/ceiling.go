@@ -291,7 +291,7 @@ func measureServerCost(ctx context.Context, admin *redis.Client, name string, ch
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s %.2f×%.1fµs", n, float64(s.calls)/float64(r.ops), float64(s.usec)/float64(max(s.calls, 1))))
-		if n == "evalsha" || n == "eval" {
+		if n == "fcall" || n == "evalsha" || n == "eval" {
 			scriptCalls += s.calls
 			scriptUsec += s.usec
 		}

@@ -113,7 +113,7 @@ func leaseOnce(ctx context.Context, admin *redis.Client, e env, leased bool, sub
 	if err != nil {
 		return r, err
 	}
-	r.calls = stats["evalsha"].calls + stats["eval"].calls
+	r.calls = stats["fcall"].calls + stats["evalsha"].calls + stats["eval"].calls
 	for _, lim := range fleet {
 		s := lim.LeaseStats()
 		r.stats.Taken += s.Taken
