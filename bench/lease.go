@@ -114,6 +114,11 @@ func leaseOnce(ctx context.Context, admin *redis.Client, e env, leased bool, sub
 		return r, err
 	}
 	r.calls = stats["fcall"].calls + stats["evalsha"].calls + stats["eval"].calls
+	if r.calls == 0 && r.ops > 0 {
+		// Every run takes at least one lease or checks on Redis: a count
+		// of zero means the store calls Redis by a command not counted here.
+		return r, fmt.Errorf("lease section: %d decisions and no script call in INFO commandstats", r.ops)
+	}
 	for _, lim := range fleet {
 		s := lim.LeaseStats()
 		r.stats.Taken += s.Taken
