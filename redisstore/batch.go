@@ -147,12 +147,28 @@ func (s *Store) pipelineOnce(ctx context.Context, calls [][]group) {
 		cmds[i] = s.run(ctx, pipe, keys[i], args[i], false)
 	}
 	pipe.Exec(ctx) // each command carries its own error
+	// A call that did not run is sent again once ready has made its server
+	// hold the script: once per server of the pipeline (a Cluster or Ring
+	// pipeline spans several), not once per call.
 	var again []int
+	var readied map[redis.Cmdable]bool
 	for i, cmd := range cmds {
-		if ok, err := s.ready(ctx, keys[i][0], cmd.Err()); ok {
+		if !notRun(cmd.Err()) {
+			continue
+		}
+		srv, serr := s.serverOf(ctx, keys[i][0])
+		if serr == nil && readied[srv] {
 			again = append(again, i)
-		} else if err != cmd.Err() {
+		} else if ok, err := s.ready(ctx, keys[i][0], cmd.Err()); !ok {
 			cmd.SetErr(err)
+		} else {
+			again = append(again, i)
+			if serr == nil {
+				if readied == nil {
+					readied = map[redis.Cmdable]bool{}
+				}
+				readied[srv] = true
+			}
 		}
 	}
 	if len(again) > 0 {

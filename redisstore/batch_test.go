@@ -336,3 +336,57 @@ func TestABatchSharesScriptCallsByTimeAndSlot(t *testing.T) {
 		t.Fatalf("checks of %d slots took %d script calls, want one per slot", len(slots), calls)
 	}
 }
+
+// TestABatchLoadsTheLibraryOncePerServer: a pipeline whose calls find no
+// library loads it once on each server it spans, not once per call, and
+// every call is decided.
+func TestABatchLoadsTheLibraryOncePerServer(t *testing.T) {
+	ctx := context.Background()
+	r := func(now time.Time) ratelimit.Request {
+		return ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(10)}, Cost: 1, Now: now}
+	}
+	decided := func(t *testing.T, items []ratelimit.BatchItem) {
+		t.Helper()
+		for _, it := range items {
+			if it.Err != nil || !it.Decision.Allowed {
+				t.Fatalf("%s: %+v %v", it.Key, it.Decision, it.Err)
+			}
+		}
+	}
+
+	_, client := standalone(t)
+	store := redisstore.New(client)
+	var items []ratelimit.BatchItem
+	for i := range 5 { // five times: five script calls in one pipeline
+		items = append(items, ratelimit.BatchItem{Key: fmt.Sprint("k", i), Request: r(storetest.Start.Add(time.Duration(i) * time.Second))})
+	}
+	client.FunctionFlush(ctx)
+	client.ConfigResetStat(ctx)
+	store.ApplyBatch(ctx, items)
+	decided(t, items)
+	if n, calls := commandCalls(t, client, "function|load"), scriptCalls(t, client); n != 1 || calls != 10 {
+		t.Errorf("%d FUNCTION LOAD and %d script calls, want 1 and 10 (5 not found, 5 run)", n, calls)
+	}
+
+	cluster := redistest.StartCluster(t, 3, 0)
+	cc := redistest.NewClusterClient(cluster.Addrs()...)
+	t.Cleanup(func() { cc.Close() })
+	store = redisstore.New(cc)
+	items = items[:0]
+	for i := range 30 {
+		items = append(items, ratelimit.BatchItem{Key: fmt.Sprint("spread-", i), Request: r(time.Time{})})
+	}
+	cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		m.FunctionFlush(ctx)
+		return m.ConfigResetStat(ctx).Err()
+	})
+	store.ApplyBatch(ctx, items)
+	decided(t, items)
+	for _, m := range cluster.Masters() {
+		mc := redistest.NewClient(m.Addr())
+		if n := commandCalls(t, mc, "function|load"); n != 1 {
+			t.Errorf("master %s: %d FUNCTION LOAD, want 1", m.Addr(), n)
+		}
+		mc.Close()
+	}
+}

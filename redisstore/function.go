@@ -32,6 +32,23 @@ func (s *Store) run(ctx context.Context, c redis.Cmdable, keys []string, args []
 	return c.EvalSha(ctx, script.SHA, keys, args...)
 }
 
+// rerun completes a call of the script on keys with args whose first try
+// gave res and err: when the server did not hold the script, ready makes it
+// and the call is sent once more, by itself.
+func (s *Store) rerun(ctx context.Context, keys []string, args []any, res any, err error) (any, error) {
+	again, err := s.ready(ctx, keys[0], err)
+	if !again {
+		return res, err
+	}
+	return s.run(ctx, s.client, keys, args, true).Result()
+}
+
+// notRun reports whether err says the script did not run because the
+// server lacks it (the cases ready handles).
+func notRun(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || redis.HasErrorPrefix(err, "Function not found") || noFCall(err))
+}
+
 // ready reads err, the error of a call of the script on key (nil included).
 // When err says the script did not run because the server lacks it, ready
 // makes the server able to run it (it loads the library on key's master, or
@@ -71,25 +88,26 @@ func noFCall(err error) bool {
 	return strings.Contains(strings.ToLower(err.Error()), "fcall")
 }
 
-// load loads the script's library on the master that serves key; one that
-// holds it already (another process loaded it first) is no error.
-func (s *Store) load(ctx context.Context, key string) error {
-	var c redis.Cmdable = s.client
+// serverOf returns the client of the server that serves key: its master on
+// Cluster, its shard on a Ring, else the Store's client.
+func (s *Store) serverOf(ctx context.Context, key string) (redis.Cmdable, error) {
 	switch client := s.client.(type) {
 	case *redis.ClusterClient:
-		master, err := client.MasterForKey(ctx, key)
-		if err != nil {
-			return err
-		}
-		c = master
+		return client.MasterForKey(ctx, key)
 	case *redis.Ring:
-		shard, err := client.GetShardClientForKey(key)
-		if err != nil {
-			return err
-		}
-		c = shard
+		return client.GetShardClientForKey(key)
 	}
-	err := c.FunctionLoad(ctx, script.Library).Err()
+	return s.client, nil
+}
+
+// load loads the script's library on the server that serves key; one that
+// holds it already (another process loaded it first) is no error.
+func (s *Store) load(ctx context.Context, key string) error {
+	c, err := s.serverOf(ctx, key)
+	if err != nil {
+		return err
+	}
+	err = c.FunctionLoad(ctx, script.Library).Err()
 	if err != nil && redis.HasErrorPrefix(err, "Library") && strings.Contains(err.Error(), "already exists") {
 		return nil
 	}

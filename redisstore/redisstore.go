@@ -218,15 +218,10 @@ func (s *Store) call(ctx context.Context, op string, keys []string, args []any, 
 }
 
 // eval runs the script once (see run), and once more when the server did
-// not hold it, which ready makes it do.
+// not hold it (see rerun).
 func (s *Store) eval(ctx context.Context, keys []string, args []any) (any, error) {
 	res, err := s.run(ctx, s.client, keys, args, false).Result()
-	if again, rerr := s.ready(ctx, keys[0], err); again {
-		res, err = s.run(ctx, s.client, keys, args, true).Result()
-	} else {
-		err = rerr
-	}
-	return res, err
+	return s.rerun(ctx, keys, args, res, err)
 }
 
 // Ping reports whether Redis answers, for a liveness probe (see package
@@ -352,10 +347,8 @@ func (c *DecisionCmd) Result() (ratelimit.Decision, error) {
 		return ratelimit.Decision{}, c.err
 	}
 	res, err := c.cmd.Result()
-	if again, rerr := c.s.ready(c.ctx, c.key, err); again {
-		res, err = c.s.run(c.ctx, c.s.client, []string{c.key}, c.s.enc.Args(c.r), true).Result()
-	} else {
-		err = rerr
+	if err != nil {
+		res, err = c.s.rerun(c.ctx, []string{c.key}, c.s.enc.Args(c.r), res, err)
 	}
 	if err != nil {
 		return ratelimit.Decision{}, wrapErr("check", c.key, err)
