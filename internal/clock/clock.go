@@ -25,10 +25,7 @@ func Sleep(ctx context.Context, d time.Duration) error {
 // deadline comes within d, so that no timer is set that could never fire
 // first (a gRPC call's deadline, say, is usually the sooner).
 func Bound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if d <= 0 {
-		return ctx, func() {}
-	}
-	if Within(ctx, d) {
+	if d <= 0 || Within(ctx, d) {
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, d)

@@ -363,8 +363,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 
 	buckets := s.buckets(checks)
 	if len(buckets) > 0 || refunds {
+		// One bound on the request's store calls, decide's and refund's
+		// together (none when the call's own deadline comes first).
 		var cancel context.CancelFunc
-		ctx, cancel = s.bound(ctx)
+		ctx, cancel = clock.Bound(ctx, s.timeout)
 		defer cancel()
 	}
 	if err := s.decide(ctx, buckets); err != nil {
@@ -614,14 +616,6 @@ func (s *Service) buckets(checks []check) []*bucket {
 		b.cost += int64(c.hits)
 	}
 	return out
-}
-
-// bound returns ctx bounded by the service's timeout, the one bound of a
-// request's store calls, decide's and refund's together. A context whose
-// deadline comes first is returned as it is: a timer of the timeout would
-// never fire before its own (a gRPC call's deadline is usually such).
-func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	return clock.Bound(ctx, s.timeout)
 }
 
 // decide decides the buckets as one. A bucket in shadow mode never denies
