@@ -193,7 +193,11 @@ func settled(k arith.Rate, level, delta int64) int64 {
 		}
 		return level - delta*k.P
 	case delta < 0:
-		if -delta >= k.C || full-level <= -delta*k.P {
+		// level is at least the floor, so a refund of capacity plus the
+		// debt floor fills any band; below that the product stays within
+		// 2^53. (A refund of the capacity alone does not: a band in debt
+		// keeps its debt.)
+		if -delta >= k.C+k.Debt() || full-level <= -delta*k.P {
 			return full
 		}
 		return level - delta*k.P

@@ -249,7 +249,7 @@ local function step(key, limits, cost, costs, now, take, held)
               level = level - delta * l.p
             end
           elseif delta < 0 then
-            if -delta >= l.c or full - level <= -delta * l.p then
+            if -delta >= l.c + debt or full - level <= -delta * l.p then
               level = full
             else
               level = level - delta * l.p
