@@ -6,7 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -631,8 +633,14 @@ func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 		holds := map[string][]tokenbucket.Hold{} // the open reservations, by id
 		now := storetest.Start.UnixMicro()
 		policy := policies[rng.IntN(len(policies))]
+		// One sequence in three is about reservations: the clock mostly
+		// stands still, so that an overrun's debt is still there when
+		// other reservations are settled or cancelled, and reserves and
+		// settles are most of its steps.
+		reservations := seq%3 == 0
 		for step := range 60 {
 			switch x := rng.IntN(100); {
+			case reservations && x >= 20:
 			case x < 8:
 				policy = policies[rng.IntN(len(policies))]
 				if rng.IntN(3) == 0 {
@@ -656,7 +664,11 @@ func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 				r.Cost = minCap
 			}
 			what := fmt.Sprintf("seq %d step %d (%+v at %d)", seq, step, r, now)
-			switch x := rng.IntN(100); {
+			op := rng.IntN(100)
+			if reservations && op >= 20 {
+				op = 20 + op%22 // reserves and settles only
+			}
+			switch x := op; {
 			case x < 4:
 				pure = tokenbucket.State{}
 				if err := ms.Reset(ctx, key); err != nil {
@@ -669,23 +681,38 @@ func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 			case x < 20:
 				r.Peek = true
 			case x < 32:
-				// A reserve, with a cost per limit when there are several.
+				// A reserve, with a cost per limit when there are several;
+				// one in four of each limit's costs is its whole capacity.
 				if len(policy) > 1 {
 					r.Costs = make([]int64, len(policy))
 					for i, l := range policy {
 						r.Costs[i] = 1 + rng.Int64N(min(l.Capacity, 40))
+						if rng.IntN(4) == 0 {
+							r.Costs[i] = l.Capacity
+						}
 					}
+				} else if rng.IntN(4) == 0 {
+					r.Cost = minCap
 				}
 				reserveDiff(t, what, ctx, client, call, ms, &pure, key, fmt.Sprint(step), r, now, holds)
 				continue
 			case x < 42 && len(holds) > 0:
-				var id string
-				for id = range holds {
-					break
-				}
+				// Any open reservation, in any order; used counts from a
+				// cancel (0) to an overrun of twice the capacity, into debt,
+				// so that refunds and cancels of other reservations land on
+				// a bucket in debt.
+				ids := slices.Sorted(maps.Keys(holds))
+				id := ids[rng.IntN(len(ids))]
 				actual := make([]int64, len(policy))
 				for i, l := range policy {
-					actual[i] = rng.Int64N(2*min(l.Capacity, 40) + 1)
+					switch rng.IntN(4) {
+					case 0:
+						actual[i] = 0
+					case 1:
+						actual[i] = l.Capacity + rng.Int64N(l.Capacity+1)
+					default:
+						actual[i] = rng.Int64N(2*min(l.Capacity, 40) + 1)
+					}
 				}
 				settleDiff(t, what, ctx, client, call, ms, &pure, key, id, ratelimit.Request{Limits: policy, Now: r.Now}, actual, now, holds)
 				continue

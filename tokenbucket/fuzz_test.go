@@ -166,6 +166,10 @@ func FuzzSettle(f *testing.F) {
 	f.Add(int64(60), int64(1), int64(1_000_000), int64(30), int64(10), int64(25), int64(5_000_000), int64(1))
 	f.Add(int64(60), int64(1), int64(1_000_000), int64(-50), int64(10), int64(1<<50), int64(0), int64(3))
 	f.Add(int64(1<<30), int64(3), int64(7), int64(0), int64(1<<29), int64(0), int64(1), int64(1))
+	// A cancel of a whole capacity on a band at its floor: the refund
+	// lifts it to 0, not to full.
+	f.Add(int64(10), int64(10), int64(60_000_000), int64(-10), int64(10), int64(0), int64(0), int64(1))
+	f.Add(int64(10), int64(10), int64(60_000_000), int64(-3), int64(10), int64(2), int64(0), int64(1))
 	f.Fuzz(func(t *testing.T, c, r, p, tokens, held, actual, elapsed, cost int64) {
 		l := ratelimit.Limit{Capacity: c, RefillTokens: r, RefillPeriod: time.Duration(p) * time.Microsecond}
 		if p > math.MaxInt64/1000 || l.Validate() != nil || elapsed < 0 || elapsed > 1<<40 {

@@ -1,9 +1,11 @@
 package tokenbucket
 
 import (
+	"flag"
 	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -81,17 +83,53 @@ func TestDebtCarriesOverAPolicyChange(t *testing.T) {
 	}
 }
 
+// settleModelSequences is how many random sequences of 80 steps
+// TestReserveSettleModel runs; -settlemodel.sequences=2500 runs 200,000 steps.
+var settleModelSequences = flag.Int("settlemodel.sequences", 300, "random sequences of TestReserveSettleModel")
+
 // TestReserveSettleModel runs random checks, reserves and settles of a
 // requests and a tokens limit through Step and Settle, beside a model in
 // exact fractions written from the rules alone, and holds every decision to
-// it. Over the whole run, for each limit, the tokens taken (checks,
-// reserves, and charged overruns) minus the tokens refunded never exceed the
-// capacity plus the rate times the time elapsed plus the debt floor, and a
-// reservation settles once.
+// it. Reserves take up to the whole capacity of either limit; settles pick
+// any open reservation, in any order, and use anything from nothing (a
+// cancel) to an overrun deep into debt, so that refunds and cancels of other
+// reservations land on a bucket in debt; time often stands still between
+// steps, so that a debt is still there when they do. Over the whole run, for
+// each limit, the tokens taken (checks, reserves, and charged overruns) minus
+// the tokens refunded never exceed the capacity plus the rate times the time
+// elapsed plus the debt floor, and a reservation settles once.
 func TestReserveSettleModel(t *testing.T) {
-	limits := []ratelimit.Limit{ratelimit.PerMinute(5), ratelimit.NewLimit(1000, time.Minute, 3000)}
+	policies := [][]ratelimit.Limit{
+		{ratelimit.PerMinute(20), ratelimit.NewLimit(1000, time.Minute, 3000)},
+		{ratelimit.PerSecond(3), ratelimit.NewLimit(10, time.Second, 12)},
+		{ratelimit.PerMinute(10), ratelimit.NewLimit(7, 3*time.Second, 5)},
+	}
 	rng := rand.New(rand.NewPCG(3, 5))
-	for seq := range 300 {
+	// cost is a reserve's cost of limit l: often its whole capacity,
+	// otherwise up to a third of it, so that several are often open.
+	cost := func(l ratelimit.Limit) int64 {
+		if rng.IntN(4) == 0 {
+			return l.Capacity
+		}
+		return 1 + rng.Int64N(l.Capacity/3)
+	}
+	// used is what a settle of a hold of h tokens of l used: nothing (a
+	// cancel), the estimate, less, a little more, or an overrun of up to
+	// twice the capacity.
+	used := func(l ratelimit.Limit, h int64) int64 {
+		switch rng.IntN(5) {
+		case 0:
+			return 0
+		case 1:
+			return h
+		case 2:
+			return rng.Int64N(h + 1)
+		case 3:
+			return h + rng.Int64N(l.Capacity/4+1)
+		}
+		return h + rng.Int64N(2*l.Capacity+1)
+	}
+	for seq := range *settleModelSequences {
 		var st State
 		start := int64(1_700_000_000_000_000)
 		now := start
@@ -99,15 +137,26 @@ func TestReserveSettleModel(t *testing.T) {
 			holds []Hold
 			costs []int64
 		}
-		open := map[int]res{}
+		var open []res
+		limits := policies[seq%len(policies)]
 		model := newModel(limits)
+		// Each sequence has its own mix: reservations held a long time
+		// (settles rare) or a short one, checks many or few.
+		reserves := 2 + rng.IntN(4)
+		settles := reserves + 1 + rng.IntN(4)
 		for step := range 80 {
-			now += rng.Int64N(3_000_000)
+			switch rng.IntN(8) {
+			case 0, 1, 2, 3:
+			case 4:
+				now += rng.Int64N(20_000_000)
+			default:
+				now += rng.Int64N(3_000_000)
+			}
 			model.refill(now)
 			what := fmt.Sprintf("seq %d step %d", seq, step)
 			switch x := rng.IntN(10); {
-			case x < 5: // reserve
-				costs := []int64{1, 1 + rng.Int64N(2000)}
+			case x < reserves: // reserve
+				costs := []int64{cost(limits[0]), cost(limits[1])}
 				r := ratelimit.Request{Limits: limits, Costs: costs}
 				d, _, write := st.Step(r, now)
 				if d.Allowed != model.fits(costs) || write != d.Allowed {
@@ -115,16 +164,13 @@ func TestReserveSettleModel(t *testing.T) {
 				}
 				if d.Allowed {
 					model.take(costs)
-					open[step] = res{Held(r), costs}
+					open = append(open, res{Held(r), costs})
 				}
-			case x < 8 && len(open) > 0: // settle one
-				var id int
-				for id = range open {
-					break
-				}
-				rv := open[id]
-				delete(open, id)
-				actual := []int64{rng.Int64N(2), rng.Int64N(4000)}
+			case x < settles && len(open) > 0: // settle any one
+				i := rng.IntN(len(open))
+				rv := open[i]
+				open = slices.Delete(open, i, i+1)
+				actual := []int64{used(limits[0], rv.costs[0]), used(limits[1], rv.costs[1])}
 				r := ratelimit.Request{Limits: limits}
 				d, _, _ := st.Settle(r, rv.holds, actual, now)
 				model.settle(rv.costs, actual)
@@ -149,6 +195,37 @@ func TestReserveSettleModel(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestRefundInDebt is the over-admission a refund of a whole capacity once
+// made: on a bucket of 10 a minute, reserve 10 (A), after a token refills
+// reserve 1 (B), settle B with an overrun that leaves the bucket at the
+// floor, then cancel A. A's 10 tokens go back onto the debt: the bucket holds
+// 0, not 10.
+func TestRefundInDebt(t *testing.T) {
+	lim := ratelimit.PerMinute(10)
+	limits := []ratelimit.Limit{lim}
+	now := int64(1_700_000_000_000_000)
+	var st State
+	a := ratelimit.Request{Limits: limits, Cost: 10}
+	if d, _, _ := st.Step(a, now); !d.Allowed {
+		t.Fatalf("reserve A = %+v", d)
+	}
+	now += 6_000_000 // one token
+	b := ratelimit.Request{Limits: limits, Cost: 1}
+	if d, _, _ := st.Step(b, now); !d.Allowed {
+		t.Fatalf("reserve B = %+v", d)
+	}
+	if d, _, _ := st.Settle(ratelimit.Request{Limits: limits}, Held(b), []int64{11}, now); d.Allowed {
+		t.Fatalf("settle B with 11 used = %+v; want denied (10 in debt)", d)
+	}
+	if got := st.Bands[0].Level; got != -10*6_000_000 {
+		t.Fatalf("after B's overrun the band holds %d, want -10 tokens", got)
+	}
+	d, _, _ := st.Settle(ratelimit.Request{Limits: limits}, Held(a), []int64{0}, now)
+	if d.Allowed || st.Bands[0].Level != 0 {
+		t.Fatalf("cancel of A = %+v, band %d; want denied, 0 tokens", d, st.Bands[0].Level)
 	}
 }
 

@@ -52,6 +52,22 @@ var reserveCases = []envCase{
 		d, err = l.TryAcquire(e.ctx, "s")
 		want(t, "one more", d, err, false, 0, 600*time.Millisecond, time.Minute)
 	}},
+	{"a cancel of a whole capacity on a bucket in debt keeps the debt", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerMinute(10)) // a token every 6 s
+		a := reserve(t, e, l, "s", 10)
+		e.clock.Add(6 * time.Second)
+		b := reserve(t, e, l, "s", 1)
+		d, err := b.Settle(e.ctx, 11) // 10 more than reserved, none left: 10 in debt
+		want(t, "settle B with 11", d, err, false, 0, 66*time.Second, 2*time.Minute)
+		if err := a.Cancel(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		// A's 10 go back onto the debt of 10: the bucket holds 0, not 10.
+		d, err = l.Peek(e.ctx, "s")
+		want(t, "after A's cancel", d, err, false, 0, 6*time.Second, time.Minute)
+		d, err = l.TryAcquire(e.ctx, "s")
+		want(t, "a check", d, err, false, 0, 6*time.Second, time.Minute)
+	}},
 	{"an overrun is charged, into debt down to minus the capacity", func(t *testing.T, e *env) {
 		l := e.newLimiter(ratelimit.PerMinute(60)) // a token a second
 		rv := reserve(t, e, l, "s", 10)
