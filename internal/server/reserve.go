@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,18 +33,33 @@ const MaxTokenBytes = 2 * MaxSubjectBytes
 // (a JSON array): 1 or [1, 500].
 type Counts []int64
 
-// UnmarshalJSON reads a number or an array of numbers.
+// errNullCount is the error of a count that is JSON null: encoding/json
+// would read it as 0, and a settle of 0 gives the whole reservation back.
+var errNullCount = errors.New("null is not a count: send a whole number, or an array of one per limit, such as 500 or [1, 500]")
+
+// UnmarshalJSON reads a number or an array of numbers. A null, as the
+// count or in the array, is an error: it is not 0.
 func (c *Counts) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "null" {
+		return errNullCount
+	}
 	var one int64
 	if err := json.Unmarshal(b, &one); err == nil {
 		*c = Counts{one}
 		return nil
 	}
-	var each []int64
+	var each []*int64
 	if err := json.Unmarshal(b, &each); err != nil || len(each) == 0 {
 		return errors.New("a count must be a whole number, or an array of one per limit, such as 500 or [1, 500]")
 	}
-	*c = each
+	out := make(Counts, len(each))
+	for i, n := range each {
+		if n == nil {
+			return errNullCount
+		}
+		out[i] = *n
+	}
+	*c = out
 	return nil
 }
 
@@ -72,7 +88,9 @@ type SettleRequest struct {
 	// Token is the reservation, as /v1/reserve returned it.
 	Token string `json:"token"`
 	// Used is what the work used: one count for every limit, or one per
-	// limit ([1, 480]); 0 gives the whole reservation back.
+	// limit ([1, 480]); 0 gives the whole reservation back. It is
+	// required: missing or null (or a null in the array), the settle is
+	// refused and changes nothing.
 	Used Counts `json:"used"`
 }
 
