@@ -153,10 +153,17 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 	s.answer(r.Context(), w, path, lim, req.Subject, &out, d, true)
 }
 
+// settleUnavailable is the message of a settle's 503. A settle that timed
+// out may still run: a hung Redis holds the command it has read, and runs
+// it when it resumes. Exactly once would need the client's retry to be told
+// apart from a second settle; a 409 on the retry tells the client instead.
+const settleUnavailable = "rate limit store unavailable: the settle may have been applied; retry it with the same token, and a 409 then means it was"
+
 // settle is POST /v1/settle: settle a reservation with what the work used,
 // answered with the subject's standing afterwards (200, as /v1/peek
 // answers). A reservation that is no longer held (settled or cancelled
-// already, expired, or of another namespace) is a 409.
+// already, expired, or of another namespace) is a 409. A 503 (the store did
+// not answer in time) may have been applied all the same.
 func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 	const path = "/v1/settle"
 	if !s.begin(w, r, path) {
@@ -192,7 +199,7 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.logFailure("settle", lim, "", err)
 	}
-	if s.failed(w, r, path, ns, err) {
+	if s.failedSaying(w, r, path, ns, err, settleUnavailable) {
 		return
 	}
 	out := NewDecision(ns, "", 0, d)
