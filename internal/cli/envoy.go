@@ -82,12 +82,8 @@ func startEnvoy(f envoyFlags, env Env, st *stores, timeout, grace time.Duration,
 	if err != nil {
 		return nil, err
 	}
-	if pe.tls.use && f.grpc.tls == (grpcTLS{}) {
-		// The peer's settings, where the --grpc-tls-* flags are unset.
-		if pe.tls.cert == "" || pe.tls.key == "" {
-			return nil, usagef("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
-		}
-		f.grpc.tls = grpcTLS{cert: pe.tls.cert, key: pe.tls.key, clientCA: pe.tls.clientCA}
+	if f.grpc.tls, err = f.grpc.tls.withPeer(pe.tls, log); err != nil {
+		return nil, err
 	}
 	load := envoyrls.LoadOptions{IgnoreDotFiles: pe.ignoreDotFiles, MergeDomains: pe.mergeDomains}
 	cfg, err := load.Load(f.config)
