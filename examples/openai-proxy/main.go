@@ -14,8 +14,12 @@
 //  4. The upstream's answer settles the reservation with its
 //     usage.total_tokens: tokens not used go back, an overrun is charged and
 //     can push the tenant into debt, denied until it is paid back. An
-//     upstream that fails, or answers other than 2xx, did no work: the
-//     reservation is cancelled.
+//     upstream that refuses the request (it cannot be reached, or it answers
+//     other than 2xx) did no work: the reservation is cancelled. Once the
+//     request has been sent, a failure (the tenant hanging up, the
+//     upstream's answer breaking off) settles with the estimate: the
+//     upstream may have done the work, and a tenant who hangs up is not
+//     refunded.
 //
 // Run it in front of any server of the chat completions API:
 //
@@ -38,8 +42,11 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -118,8 +125,12 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	estimate := p.estimate(body)
 	if tpm := p.lim.Limits()[1].Capacity; estimate > tpm {
+		about := strconv.FormatInt(estimate, 10)
+		if estimate == math.MaxInt64 {
+			about = "more than 2^63"
+		}
 		openAIError(w, http.StatusBadRequest, "invalid_request_error",
-			fmt.Sprintf("request too large: about %d tokens, the limit is %d a minute", estimate, tpm))
+			fmt.Sprintf("request too large: max_tokens (or max_completion_tokens) and the prompt come to about %s tokens, the limit is %d a minute", about, tpm))
 		return
 	}
 
@@ -137,27 +148,36 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	status, header, answer, err := p.forward(ctx, r, body)
-	if err != nil || status/100 != 2 {
-		// The upstream did no work: give the whole reservation back.
-		rv.Cancel(context.WithoutCancel(ctx))
-		if err != nil {
-			openAIError(w, http.StatusBadGateway, "server_error", "upstream: "+err.Error())
-			return
+	status, header, answer, sent, err := p.forward(ctx, r, body)
+	if !sent || (status != 0 && status/100 != 2) {
+		// The upstream refused the request: it did no work, so the whole
+		// reservation goes back.
+		if err := rv.Cancel(context.WithoutCancel(ctx)); err != nil {
+			log.Printf("cancel: %v", err) // the reservation stays as taken
 		}
 	} else {
+		// The upstream has the request: charge what it reports, or, when
+		// its answer did not come whole (the tenant hung up, say), the
+		// estimate.
 		var usage struct {
 			Usage *struct {
 				TotalTokens int64 `json:"total_tokens"`
 			} `json:"usage"`
 		}
-		used := estimate // no usage in the answer: keep the estimate
-		if json.Unmarshal(answer, &usage) == nil && usage.Usage != nil {
+		used := estimate
+		if err == nil && json.Unmarshal(answer, &usage) == nil && usage.Usage != nil {
 			used = usage.Usage.TotalTokens
 		}
 		if _, err := rv.Settle(context.WithoutCancel(ctx), 1, used); err != nil {
 			log.Printf("settle: %v", err) // the reservation stays as taken
 		}
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return // the tenant is gone
+		}
+		openAIError(w, http.StatusBadGateway, "server_error", "upstream: "+err.Error())
+		return
 	}
 	for k, v := range header {
 		w.Header()[k] = v
@@ -168,7 +188,8 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // estimate is the tokens a chat completion may use: max_tokens (or
-// max_completion_tokens, else the default) plus the body's bytes / 4.
+// max_completion_tokens, else the default) plus the body's bytes / 4, at
+// most math.MaxInt64.
 func (p *proxy) estimate(body []byte) int64 {
 	var req struct {
 		MaxTokens           *int64 `json:"max_tokens"`
@@ -182,14 +203,25 @@ func (p *proxy) estimate(body []byte) int64 {
 	case req.MaxTokens != nil:
 		out = *req.MaxTokens
 	}
-	return max(out, 0) + int64(len(body))/4 + 1
+	prompt := int64(len(body))/4 + 1
+	if out = max(out, 0); out > math.MaxInt64-prompt {
+		return math.MaxInt64
+	}
+	return out + prompt
 }
 
-// forward sends the request to the upstream and reads its answer.
-func (p *proxy) forward(ctx context.Context, r *http.Request, body []byte) (int, http.Header, []byte, error) {
+// forward sends the request to the upstream and reads its answer. sent
+// reports whether the request was written to the upstream whole, even when
+// err is not nil: from then on the upstream may be doing the work. status is
+// the upstream's answer, or 0 when none came.
+func (p *proxy) forward(ctx context.Context, r *http.Request, body []byte) (status int, header http.Header, answer []byte, sent bool, err error) {
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) { wrote.Store(info.Err == nil) },
+	})
 	req, err := http.NewRequestWithContext(ctx, r.Method, p.upstream+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, false, err
 	}
 	for _, h := range []string{"Authorization", "Content-Type", "OpenAI-Organization", "OpenAI-Project"} {
 		if v := r.Header.Get(h); v != "" {
@@ -198,15 +230,15 @@ func (p *proxy) forward(ctx context.Context, r *http.Request, body []byte) (int,
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, wrote.Load(), err
 	}
 	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	answer, err = io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return 0, nil, nil, err
+		return resp.StatusCode, nil, nil, true, err
 	}
 	resp.Header.Del("Content-Length")
-	return resp.StatusCode, resp.Header, answer, nil
+	return resp.StatusCode, resp.Header, answer, true, nil
 }
 
 // headers sets OpenAI's x-ratelimit-* headers: the tenant's standing now.

@@ -122,7 +122,8 @@ type peerEnv struct {
 
 // peerTLS is the peer's gRPC listener TLS: GRPC_SERVER_USE_TLS with
 // GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY, and GRPC_CLIENT_TLS_CACERT
-// for mutual TLS. The paths are PEM files.
+// for mutual TLS. The paths are PEM files. The --grpc-tls-* flags combine
+// with it field by field (grpcTLS.withPeer).
 type peerTLS struct {
 	use                 bool
 	cert, key, clientCA string
@@ -164,10 +165,9 @@ func readPeerEnv(getenv func(string) string) (peerEnv, error) {
 		return p, usagef("GRPC_CLIENT_TLS_SAN is not supported: a client certificate is checked against GRPC_CLIENT_TLS_CACERT only")
 	}
 	if p.tls.use {
+		// The certificate and key may come from the --grpc-tls-* flags
+		// instead: grpcTLS.withPeer checks the combination.
 		p.tls.cert, p.tls.key, p.tls.clientCA = getenv("GRPC_SERVER_TLS_CERT"), getenv("GRPC_SERVER_TLS_KEY"), getenv("GRPC_CLIENT_TLS_CACERT")
-		if p.tls.cert == "" || p.tls.key == "" {
-			return p, usagef("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
-		}
 	}
 	return p, nil
 }

@@ -50,8 +50,9 @@ type envoyService struct {
 	// stop stops it gracefully (waiting at most the grace given).
 	stop func()
 	// mount puts the peer's HTTP endpoints, POST /json and GET
-	// /healthcheck, in front of the HTTP API's handler.
-	mount func(http.Handler) http.Handler
+	// /healthcheck, in front of the HTTP API's handler, with POST /json
+	// behind guard: the API's own checks (server.Service.Guard).
+	mount func(next http.Handler, guard func(string, http.Handler) http.Handler) http.Handler
 }
 
 // startEnvoy starts the Envoy rate limit service of --grpc-listen on st's
@@ -61,7 +62,7 @@ type envoyService struct {
 // nothing, and stop and mount do nothing. A config that does not load is an
 // error naming the file: the command does not start.
 func startEnvoy(f envoyFlags, env Env, st *stores, timeout, grace time.Duration, maxConns int, log *slog.Logger, metrics *server.Metrics) (*envoyService, error) {
-	idle := &envoyService{stop: func() {}, mount: func(h http.Handler) http.Handler { return h }}
+	idle := &envoyService{stop: func() {}, mount: func(h http.Handler, _ func(string, http.Handler) http.Handler) http.Handler { return h }}
 	if f.listen == "" {
 		if f.config != "" || f.headers {
 			return nil, usagef("--envoy-config and --envoy-response-headers need --grpc-listen")
@@ -82,12 +83,8 @@ func startEnvoy(f envoyFlags, env Env, st *stores, timeout, grace time.Duration,
 	if err != nil {
 		return nil, err
 	}
-	if pe.tls.use && f.grpc.tls == (grpcTLS{}) {
-		// The peer's settings, where the --grpc-tls-* flags are unset.
-		if pe.tls.cert == "" || pe.tls.key == "" {
-			return nil, usagef("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
-		}
-		f.grpc.tls = grpcTLS{cert: pe.tls.cert, key: pe.tls.key, clientCA: pe.tls.clientCA}
+	if f.grpc.tls, err = f.grpc.tls.withPeer(pe.tls, log); err != nil {
+		return nil, err
 	}
 	load := envoyrls.LoadOptions{IgnoreDotFiles: pe.ignoreDotFiles, MergeDomains: pe.mergeDomains}
 	cfg, err := load.Load(f.config)
@@ -187,8 +184,8 @@ func startEnvoy(f envoyFlags, env Env, st *stores, timeout, grace time.Duration,
 			stopBG()
 			wg.Wait()
 		},
-		mount: func(next http.Handler) http.Handler {
-			h := envoyrls.NewHTTP(svc, next)
+		mount: func(next http.Handler, guard func(string, http.Handler) http.Handler) http.Handler {
+			h := envoyrls.NewHTTP(svc, next, guard)
 			httpMu.Lock()
 			httpEnds = append(httpEnds, h)
 			httpMu.Unlock()

@@ -167,3 +167,69 @@ func TestEnvoyBench(t *testing.T) {
 		})
 	}
 }
+
+// TestServeEnvoyJSONIsGuarded: POST /json, which spends and refunds (with
+// is_negative_hits) an Envoy rule's buckets, passes the checks every POST of
+// the API passes: the Content-Type application/json (a text/plain post needs
+// no CORS preflight), the Host check against DNS rebinding while there is no
+// token, and the token when there is one.
+func TestServeEnvoyJSONIsGuarded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	writeEnvoyConfig(t, path, "100")
+	const rls = `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"j"}]}]}`
+	const reset = `{"subject":"x"}`
+	type call struct {
+		name                    string
+		path, body, contentType string
+		host, token             string
+		code                    int
+	}
+	do := func(t *testing.T, addr string, c call) {
+		t.Helper()
+		req, err := http.NewRequest("POST", "http://"+addr+c.path, strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", c.contentType)
+		if c.host != "" {
+			req.Host = c.host
+		}
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != c.code {
+			t.Errorf("%s: POST %s: %d %s, want %d", c.name, c.path, res.StatusCode, body, c.code)
+		}
+	}
+	t.Run("without a token", func(t *testing.T) {
+		e := startServeEnvoy(t, nil, "--envoy-config", path)
+		for _, c := range []call{
+			{"a text/plain post", "/json", rls, "text/plain", "", "", http.StatusUnsupportedMediaType},
+			{"a form post", "/json", rls, "application/x-www-form-urlencoded", "", "", http.StatusUnsupportedMediaType},
+			{"a rebinding page's Host", "/json", rls, "application/json", "attacker.example", "", http.StatusMisdirectedRequest},
+			{"a rebinding page's Host", "/v1/reset", reset, "application/json", "attacker.example", "", http.StatusMisdirectedRequest},
+			{"the listener's address", "/json", rls, "application/json", "", "", http.StatusOK},
+			{"localhost", "/json", rls, "application/json; charset=utf-8", "localhost:" + e.http[strings.LastIndexByte(e.http, ':')+1:], "", http.StatusOK},
+		} {
+			do(t, e.http, c)
+		}
+	})
+	t.Run("with a token", func(t *testing.T) {
+		e := startServeEnvoy(t, map[string]string{"RATELIMIT_TOKEN": "secret"}, "--envoy-config", path)
+		for _, c := range []call{
+			{"no token", "/json", rls, "application/json", "", "", http.StatusUnauthorized},
+			{"no token", "/v1/reset", reset, "application/json", "", "", http.StatusUnauthorized},
+			{"a wrong token", "/json", rls, "application/json", "", "guess", http.StatusUnauthorized},
+			{"the token, text/plain", "/json", rls, "text/plain", "", "secret", http.StatusUnsupportedMediaType},
+			{"the token", "/json", rls, "application/json", "", "secret", http.StatusOK},
+		} {
+			do(t, e.http, c)
+		}
+	})
+}

@@ -57,6 +57,41 @@ func (t *grpcTLS) register(fs *flagSet) {
 	fs.StringVar(&t.clientCA, "grpc-tls-client-ca", "", "with --grpc-tls-cert, mutual TLS: require client certificates issued by the PEM CAs in `FILE`")
 }
 
+// withPeer returns t with the peer's settings p (GRPC_SERVER_USE_TLS=true
+// and its files) in the fields t leaves empty. A field set by a flag (or by
+// its RATELIMIT_GRPC_TLS_* variable) wins over the peer's, and the log says
+// so; a field only the peer's settings name is kept, so that a client CA of
+// GRPC_CLIENT_TLS_CACERT is never dropped for a certificate given by a flag.
+// Without GRPC_SERVER_USE_TLS=true it returns t. With it, a combination
+// without a certificate and a key is a usage error: never served as
+// plaintext.
+func (t grpcTLS) withPeer(p peerTLS, log *slog.Logger) (grpcTLS, error) {
+	if !p.use {
+		return t, nil
+	}
+	for _, f := range []struct {
+		flag, env   string
+		dst         *string
+		peerSetting string
+	}{
+		{"--grpc-tls-cert", "GRPC_SERVER_TLS_CERT", &t.cert, p.cert},
+		{"--grpc-tls-key", "GRPC_SERVER_TLS_KEY", &t.key, p.key},
+		{"--grpc-tls-client-ca", "GRPC_CLIENT_TLS_CACERT", &t.clientCA, p.clientCA},
+	} {
+		switch {
+		case f.peerSetting == "":
+		case *f.dst == "":
+			*f.dst = f.peerSetting
+		default:
+			log.Warn("the gRPC listener's TLS: a flag wins over the peer's setting", "flag", f.flag, "overrides", f.env, "file", *f.dst)
+		}
+	}
+	if t.cert == "" || t.key == "" {
+		return t, usagef("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (or --grpc-tls-cert and --grpc-tls-key)")
+	}
+	return t, nil
+}
+
 // enabled reports whether TLS is asked for.
 func (t grpcTLS) enabled() bool { return t.cert != "" || t.key != "" || t.clientCA != "" }
 

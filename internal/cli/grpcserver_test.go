@@ -430,3 +430,43 @@ func TestGRPCTLSFromThePeersSettings(t *testing.T) {
 	env := Env{Stdout: &stdout, Getenv: func(k string) string { return settings[k] }}
 	serveMutualTLS(t, p, env, "--envoy-config", cfg)
 }
+
+// TestGRPCTLSFlagsBesideThePeersSettings: the --grpc-tls-* flags (or their
+// RATELIMIT_GRPC_TLS_* variables) and the peer's settings combine field by
+// field, a flag winning for its own field and the log saying so: a client CA
+// of the peer's is never dropped because the certificate came from a flag.
+func TestGRPCTLSFlagsBesideThePeersSettings(t *testing.T) {
+	p := newTestPKI(t)
+	cfg := filepath.Join(t.TempDir(), "edge.yaml")
+	writeEnvoyConfig(t, cfg, "5")
+	peer := map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.serverCert,
+		"GRPC_SERVER_TLS_KEY": p.serverKey, "GRPC_CLIENT_TLS_CACERT": p.clientCA}
+	for _, tc := range []struct {
+		name string
+		vars map[string]string
+		args []string
+		logs []string // what the log must say
+	}{
+		{"the certificate and key of flags, the client CA of the peer's settings", peer,
+			[]string{"--grpc-tls-cert", p.serverCert, "--grpc-tls-key", p.serverKey},
+			[]string{"flag=--grpc-tls-cert overrides=GRPC_SERVER_TLS_CERT", "flag=--grpc-tls-key overrides=GRPC_SERVER_TLS_KEY"}},
+		{"the certificate and key of RATELIMIT_GRPC_TLS_*, the client CA of the peer's settings",
+			map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_CLIENT_TLS_CACERT": p.clientCA,
+				"RATELIMIT_GRPC_TLS_CERT": p.serverCert, "RATELIMIT_GRPC_TLS_KEY": p.serverKey}, nil, nil},
+		{"a client CA flag wins over the peer's", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.serverCert,
+			"GRPC_SERVER_TLS_KEY": p.serverKey, "GRPC_CLIENT_TLS_CACERT": p.otherCA},
+			[]string{"--grpc-tls-client-ca", p.clientCA},
+			[]string{"flag=--grpc-tls-client-ca overrides=GRPC_CLIENT_TLS_CACERT"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout testkit.Buffer
+			env := Env{Stdout: &stdout, Getenv: func(k string) string { return tc.vars[k] }}
+			serveLog := serveMutualTLS(t, p, env, append([]string{"--envoy-config", cfg}, tc.args...)...)
+			for _, want := range tc.logs {
+				if !strings.Contains(serveLog, want) {
+					t.Errorf("the log lacks %q:\n%s", want, serveLog)
+				}
+			}
+		})
+	}
+}

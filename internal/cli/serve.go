@@ -213,9 +213,9 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	}
 	defer envoySvc.stop()
 	if adminHandler != nil { // the peer's /json and /healthcheck, beside the API
-		adminHandler = envoySvc.mount(adminHandler)
+		adminHandler = envoySvc.mount(adminHandler, svc.Guard)
 	} else {
-		mainHandler = envoySvc.mount(mainHandler)
+		mainHandler = envoySvc.mount(mainHandler, svc.Guard)
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)

@@ -17,18 +17,33 @@ import (
 //	POST /json        a RateLimitRequest in protobuf's JSON mapping; the
 //	                  RateLimitResponse in the same form, 200 when OK, 429
 //	                  when OVER_LIMIT, 400 for a request that is not valid,
-//	                  503 when the store cannot decide
+//	                  503 when the store cannot decide; behind the guard
+//	                  given to NewHTTP
 //	GET /healthcheck  200 "OK" while serving, 500 once Shutdown is called
 //
 // Any other path is passed to next. HTTP is safe for simultaneous use.
 type HTTP struct {
 	svc  *Service
+	json http.Handler // POST /json, behind the guard
 	next http.Handler
 	down atomic.Bool
 }
 
-// NewHTTP returns the endpoints of svc in front of next.
-func NewHTTP(svc *Service, next http.Handler) *HTTP { return &HTTP{svc: svc, next: next} }
+// NewHTTP returns the endpoints of svc in front of next. POST /json spends
+// the rules' buckets, and refunds them with is_negative_hits, so it is served
+// through guard: the checks of the HTTP service it is mounted in (the
+// command's is server.Service.Guard, with the API's token, Host check and
+// JSON Content-Type). A nil guard serves it unchecked. GET /healthcheck,
+// which tells nothing and changes nothing, needs no guard: Envoy's and
+// Kubernetes' health checks call it with a Host of their own.
+func NewHTTP(svc *Service, next http.Handler, guard func(path string, h http.Handler) http.Handler) *HTTP {
+	h := &HTTP{svc: svc, next: next}
+	h.json = http.HandlerFunc(h.serveJSON)
+	if guard != nil {
+		h.json = guard("/json", h.json)
+	}
+	return h
+}
 
 // Shutdown makes /healthcheck answer 500, for the time a graceful stop
 // takes.
@@ -38,7 +53,7 @@ func (h *HTTP) Shutdown() { h.down.Store(true) }
 func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/json":
-		h.json(w, r)
+		h.json.ServeHTTP(w, r)
 	case "/healthcheck":
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -55,7 +70,7 @@ func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (h *HTTP) json(w http.ResponseWriter, r *http.Request) {
+func (h *HTTP) serveJSON(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)

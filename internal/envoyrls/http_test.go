@@ -10,7 +10,7 @@ import (
 
 func TestHTTPEndpoints(t *testing.T) {
 	f := serveWith(t, Options{})
-	h := NewHTTP(f.svc, http.NotFoundHandler())
+	h := NewHTTP(f.svc, http.NotFoundHandler(), nil)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	post := func(body string) (int, string) {

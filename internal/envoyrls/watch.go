@@ -4,20 +4,24 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"os"
 	"time"
+
+	"github.com/exactlimit/ratelimit/internal/units"
 )
 
 // Watch reloads the configuration at path (see Reload) when it changes
-// from what it was when Watch started, until ctx is done. It looks at path on every tick: the files Reload would
-// read (or the one file), by name, size, modification time and file
-// identity, following symbolic links, so an edit in place, a file replaced
-// by a rename and Kubernetes' swap of its ..data link are all seen. A change
-// is put in force once the same state is seen on two ticks in a row, so an
-// edit written in several steps is loaded once, when it is done. A change
-// that does not load keeps the configuration in force, and Reload logs why;
-// the same state is not tried again until it changes once more. Watch
-// returns when ctx is done.
+// from what it was when Watch started, until ctx is done. It looks at path on
+// every tick: the files Reload would read (or the one file), by name and
+// content, following symbolic links, so an edit in place (even one that
+// keeps the size and the modification time), a file replaced by a rename
+// and Kubernetes' swap of its ..data link are all seen. A change is put in
+// force once the same state is seen on two ticks in a row, so an edit
+// written in several steps is loaded once, when it is done. A change that
+// does not load keeps the configuration in force, and Reload logs why; the
+// same state is not tried again until it changes once more. Watch returns
+// when ctx is done.
 func (s *Service) Watch(ctx context.Context, path string, ticks <-chan time.Time) {
 	applied := s.stateOf(path)
 	pending := applied
@@ -41,9 +45,11 @@ func (s *Service) Watch(ctx context.Context, path string, ticks <-chan time.Time
 	}
 }
 
-// stateOf is a digest of what Load would read at path: every file's name,
-// size, modification time and identity. A path that cannot be listed has
-// the state of its error.
+// stateOf is a digest of what Load would read at path: every file's name
+// and content (up to one byte past units.MaxFileSize, which Load refuses).
+// A file's size, time and inode are not enough: an edit can keep all three.
+// A path that cannot be listed has the state of its error, a file that
+// cannot be read that of its name and error.
 func (s *Service) stateOf(path string) [sha256.Size]byte {
 	h := sha256.New()
 	files := []string{path}
@@ -57,12 +63,28 @@ func (s *Service) stateOf(path string) [sha256.Size]byte {
 		}
 	}
 	for _, f := range files {
-		fi, err := os.Stat(f)
+		sum, n, err := digest(f)
 		if err != nil {
 			fmt.Fprintf(h, "%q error %v\n", f, err)
 			continue
 		}
-		fmt.Fprintf(h, "%q %d %d %v\n", f, fi.Size(), fi.ModTime().UnixNano(), fileID(fi))
+		fmt.Fprintf(h, "%q %d %x\n", f, n, sum)
 	}
 	return [sha256.Size]byte(h.Sum(nil))
+}
+
+// digest returns the SHA-256 of the file at path, of at most
+// units.MaxFileSize+1 bytes, and the bytes read.
+func digest(path string) ([sha256.Size]byte, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return [sha256.Size]byte{}, 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(f, units.MaxFileSize+1))
+	if err != nil {
+		return [sha256.Size]byte{}, n, err
+	}
+	return [sha256.Size]byte(h.Sum(nil)), n, nil
 }

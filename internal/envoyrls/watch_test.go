@@ -147,3 +147,36 @@ func TestWatchKubernetesSwap(t *testing.T) {
 		t.Fatalf("after the swap: %s, want b", got)
 	}
 }
+
+// TestWatchSeesAnEditOfTheSameSizeAndTime: an edit that keeps the file's
+// size, modification time and inode (a rewrite in place, its time set back
+// as rsync -t or a restore does) is still a change.
+func TestWatchSeesAnEditOfTheSameSizeAndTime(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	testkit.WriteFile(t, path, domainFile("a"))
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := watch(t, path, LoadOptions{})
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(domainFile("b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := os.Stat(path); now.Size() != fi.Size() || !now.ModTime().Equal(fi.ModTime()) {
+		t.Fatalf("the rewrite changed the size or the time: %d %v, was %d %v", now.Size(), now.ModTime(), fi.Size(), fi.ModTime())
+	}
+	w.tick(2)
+	if got := w.domains(); got != "b" {
+		t.Fatalf("after a rewrite of the same size and time: %s, want b", got)
+	}
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,18 +33,33 @@ const MaxTokenBytes = 2 * MaxSubjectBytes
 // (a JSON array): 1 or [1, 500].
 type Counts []int64
 
-// UnmarshalJSON reads a number or an array of numbers.
+// errNullCount is the error of a count that is JSON null: encoding/json
+// would read it as 0, and a settle of 0 gives the whole reservation back.
+var errNullCount = errors.New("null is not a count: send a whole number, or an array of one per limit, such as 500 or [1, 500]")
+
+// UnmarshalJSON reads a number or an array of numbers. A null, as the
+// count or in the array, is an error: it is not 0.
 func (c *Counts) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "null" {
+		return errNullCount
+	}
 	var one int64
 	if err := json.Unmarshal(b, &one); err == nil {
 		*c = Counts{one}
 		return nil
 	}
-	var each []int64
+	var each []*int64
 	if err := json.Unmarshal(b, &each); err != nil || len(each) == 0 {
 		return errors.New("a count must be a whole number, or an array of one per limit, such as 500 or [1, 500]")
 	}
-	*c = each
+	out := make(Counts, len(each))
+	for i, n := range each {
+		if n == nil {
+			return errNullCount
+		}
+		out[i] = *n
+	}
+	*c = out
 	return nil
 }
 
@@ -72,7 +88,9 @@ type SettleRequest struct {
 	// Token is the reservation, as /v1/reserve returned it.
 	Token string `json:"token"`
 	// Used is what the work used: one count for every limit, or one per
-	// limit ([1, 480]); 0 gives the whole reservation back.
+	// limit ([1, 480]); 0 gives the whole reservation back. It is
+	// required: missing or null (or a null in the array), the settle is
+	// refused and changes nothing.
 	Used Counts `json:"used"`
 }
 
@@ -135,10 +153,17 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 	s.answer(r.Context(), w, path, lim, req.Subject, &out, d, true)
 }
 
+// settleUnavailable is the message of a settle's 503. A settle that timed
+// out may still run: a hung Redis holds the command it has read, and runs
+// it when it resumes. Exactly once would need the client's retry to be told
+// apart from a second settle; a 409 on the retry tells the client instead.
+const settleUnavailable = "rate limit store unavailable: the settle may have been applied; retry it with the same token, and a 409 then means it was"
+
 // settle is POST /v1/settle: settle a reservation with what the work used,
 // answered with the subject's standing afterwards (200, as /v1/peek
 // answers). A reservation that is no longer held (settled or cancelled
-// already, expired, or of another namespace) is a 409.
+// already, expired, or of another namespace) is a 409. A 503 (the store did
+// not answer in time) may have been applied all the same.
 func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 	const path = "/v1/settle"
 	if !s.begin(w, r, path) {
@@ -174,7 +199,7 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.logFailure("settle", lim, "", err)
 	}
-	if s.failed(w, r, path, ns, err) {
+	if s.failedSaying(w, r, path, ns, err, settleUnavailable) {
 		return
 	}
 	out := NewDecision(ns, "", 0, d)

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/config"
+	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/redisstore"
 )
 
 // chatPolicies are a namespace of requests and tokens: 60 requests and 90000
@@ -124,6 +127,10 @@ func TestReserveSettleBadInput(t *testing.T) {
 		{"/v1/settle", `{"namespace": "chat", "token": "` + strings.Repeat("x", MaxTokenBytes+1) + `", "used": 1}`, 400, "longer than"},
 		{"/v1/settle", `{"namespace": "chat", "token": "` + tok + `", "used": -1}`, 400, "between 0 and 2^53"},
 		{"/v1/settle", `{"namespace": "chat", "token": "` + tok + `", "used": [1, 2, 3]}`, 400, "one count, or one per limit"},
+		{"/v1/settle", `{"namespace": "chat", "token": "` + tok + `", "used": null}`, 400, "null is not a count"},
+		{"/v1/settle", `{"namespace": "chat", "token": "` + tok + `", "used": [null, null]}`, 400, "null is not a count"},
+		{"/v1/settle", `{"namespace": "chat", "token": "` + tok + `", "used": [1, null]}`, 400, "null is not a count"},
+		{"/v1/reserve", `{"namespace": "chat", "subject": "a", "cost": null}`, 400, "null is not a count"},
 		{"/v1/settle", `{"token": "` + tok + `", "used": 1}`, 409, "no such reservation in namespace"},
 		{"/v1/settle", `{}`, 400, "token is required"},
 		{"/v1/settle", ``, 400, "empty body; send a JSON object of namespace, token and used"},
@@ -149,5 +156,46 @@ func TestReserveSettleBadInput(t *testing.T) {
 	}
 	if res := call(t, h, "POST", "/v1/reserve", `{"subject": "x"}`, "Authorization", "Bearer secret"); res.code != 200 {
 		t.Errorf("reserve with the token: %d %s", res.code, res.body)
+	}
+}
+
+// TestSettleDuringAHungRedis: a settle sent while Redis is hung is 503 when
+// the timeout passes, but Redis still runs it when it resumes, so the answer
+// must not say it changed nothing: it may have been applied, and the retry's
+// 409 says it was.
+func TestSettleDuringAHungRedis(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := redistest.Client(t, srv.Addr())
+	s, _, _ := newService(t, Options{Store: redisstore.New(client), Policies: chatPolicies, Timeout: 300 * time.Millisecond})
+	h := s.Handler()
+	res := call(t, h, "POST", "/v1/reserve", `{"namespace": "chat", "subject": "acme", "cost": [1, 5000]}`)
+	tok, _ := res.json["token"].(string)
+	if res.code != 200 || tok == "" {
+		t.Fatalf("reserve: %d %s", res.code, res.body)
+	}
+	settle := `{"namespace": "chat", "token": "` + tok + `", "used": [1, 1000]}`
+
+	srv.Stop()
+	res = call(t, h, "POST", "/v1/settle", settle)
+	srv.Cont()
+	if res.code != 503 || res.header.Get("Retry-After") != "1" {
+		t.Fatalf("settle while Redis is hung: %d %s, want 503", res.code, res.body)
+	}
+	msg, _ := res.json["error"].(string)
+	if !strings.Contains(msg, "may have been applied") || strings.Contains(msg, "changes nothing") {
+		t.Errorf("settle while Redis is hung: %q, want it to say the settle may have been applied", msg)
+	}
+	// Redis ran the settle it had read once it resumed, before it answers
+	// this ping on another connection.
+	if err := client.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res = call(t, h, "POST", "/v1/settle", settle)
+	if res.code != 409 {
+		t.Fatalf("the retry: %d %s, want 409: the settle was applied", res.code, res.body)
+	}
+	res = call(t, h, "POST", "/v1/peek", `{"namespace": "chat", "subject": "acme"}`)
+	if got := res.header.Get("X-Ratelimit-Remaining-Tokens"); got != "89000" {
+		t.Errorf("after the settle of 1000 of 5000: %s tokens left, want 89000", got)
 	}
 }

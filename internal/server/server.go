@@ -506,6 +506,11 @@ func (s *Service) api(o op) http.Handler {
 // was read is a 404, an invalid argument a 400, a store that cannot answer
 // a 503 with Retry-After: 1; a client that is gone gets nothing.
 func (s *Service) failed(w http.ResponseWriter, r *http.Request, path, ns string, err error) bool {
+	return s.failedSaying(w, r, path, ns, err, "rate limit store unavailable")
+}
+
+// failedSaying is failed with unavailable as the message of the 503.
+func (s *Service) failedSaying(w http.ResponseWriter, r *http.Request, path, ns string, err error, unavailable string) bool {
 	switch {
 	case err == nil:
 		return false
@@ -517,7 +522,7 @@ func (s *Service) failed(w http.ResponseWriter, r *http.Request, path, ns string
 		// the client is gone
 	default:
 		w.Header().Set("Retry-After", "1")
-		s.fail(w, path, http.StatusServiceUnavailable, "rate limit store unavailable")
+		s.fail(w, path, http.StatusServiceUnavailable, unavailable)
 	}
 	return true
 }
