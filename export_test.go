@@ -6,3 +6,15 @@ func SetWaitJitter[K any](l *Limiter[K], jitter func(n int64) int64) { l.jitter 
 
 // WithSleep sets how Wait and WaitN sleep between tries (a test hook).
 var WithSleep = withSleep
+
+// WaitLeaseReturns waits until l has no give-back of a lease queued or in
+// flight.
+func WaitLeaseReturns[K any](l *Limiter[K]) {
+	ls := l.leases
+	ls.rmu.Lock()
+	ch := ls.drained
+	ls.rmu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}

@@ -143,6 +143,11 @@ func hammerFleet(t *testing.T, stores []ratelimit.Store, clk *testClock, steps, 
 		if t.Failed() {
 			return
 		}
+		// The give-backs the step started are made in the background:
+		// the bucket and the leases are measured after them.
+		for _, l := range fleet {
+			ratelimit.WaitLeaseReturns(l)
+		}
 		elapsed := clk.now().Sub(start).Milliseconds()
 		if got, most := admitted.Load(), leasePolicy.Capacity+elapsed; got > most {
 			t.Fatalf("step %d: admitted %d tokens in %d ms; the policy allows %d", step, got, elapsed, most)
@@ -225,7 +230,7 @@ func TestLeasesReturnOnClose(t *testing.T) {
 }
 
 // TestLeasesReturnOnCoolDown: the lease of a subject no longer checked goes
-// back once its lifetime is over, at the next check of another subject.
+// back once its lifetime is over, from the next check of another subject.
 func TestLeasesReturnOnCoolDown(t *testing.T) {
 	ctx := context.Background()
 	clk := newTestClock()
@@ -236,6 +241,7 @@ func TestLeasesReturnOnCoolDown(t *testing.T) {
 		if _, err := l.TryAcquire(ctx, "other"); err != nil {
 			t.Fatal(err)
 		}
+		ratelimit.WaitLeaseReturns(l) // made in the background
 	})
 }
 
@@ -276,6 +282,85 @@ func leaseAndReturn(t *testing.T, l *ratelimit.Limiter[string], refill int64, gi
 		t.Fatalf("after the return the bucket holds %d; want %d", d.Remaining, leasePolicy.Capacity-used+refill)
 	}
 	if s := l.LeaseStats(); s.Returned != 1 || s.Tokens != 0 || s.Lost != 0 {
+		t.Fatalf("stats %+v; want the lease returned", s)
+	}
+}
+
+// gatedStore is a memstore whose settles wait until release is closed,
+// each telling entered first.
+type gatedStore struct {
+	*memstore.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedStore) Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error) {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return ratelimit.Decision{}, ctx.Err()
+	}
+	return g.Store.Settle(ctx, key, id, r, actual)
+}
+
+// TestLeasesCheckAfterItsSubjectsGiveBack: a check of a subject whose lease
+// is being given back, in the background, asks the store only after the
+// give-back is made, so that the tokens given back count; it returns within
+// its deadline if the give-back takes longer.
+func TestLeasesCheckAfterItsSubjectsGiveBack(t *testing.T) {
+	ctx := context.Background()
+	clk := newTestClock()
+	store := memstore.New(memstore.WithClock(clk.now))
+	gated := &gatedStore{Store: store, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	const lifetime = 10 * time.Millisecond
+	l := newLeased(t, gated, slowPolicy, clk, lifetime)
+	plain, err := ratelimit.New[string](store, slowPolicy, ratelimit.WithClock(clk.now), ratelimit.WithNamespace("lease"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // cold, then a lease of the most
+		if d, err := l.TryAcquire(ctx, "s"); err != nil || !d.Allowed {
+			t.Fatalf("check = %+v, %v", d, err)
+		}
+	}
+	// Only the lease's unused tokens can admit s now.
+	if d, err := plain.TryAcquireN(ctx, "s", slowPolicy.Capacity-1-leaseMost); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("draining the bucket: %+v, %v", d, err)
+	}
+	clk.advance(lifetime)
+
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	_, err = l.TryAcquire(short, "s")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("check with a 20ms deadline while its subject's give-back waits = %v; want its deadline's error", err)
+	}
+	<-gated.entered
+
+	type result struct {
+		d   ratelimit.Decision
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := l.TryAcquire(ctx, "s")
+		done <- result{d, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("check = %+v, %v before its subject's give-back was made; want it to wait", r.d, r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gated.release)
+	if r := <-done; r.err != nil || !r.d.Allowed {
+		t.Fatalf("check after its subject's give-back = %+v, %v; want allowed from the tokens given back", r.d, r.err)
+	}
+	ratelimit.WaitLeaseReturns(l)
+	if s := l.LeaseStats(); s.Returned != 1 || s.Lost != 0 {
 		t.Fatalf("stats %+v; want the lease returned", s)
 	}
 }
