@@ -91,7 +91,10 @@ const (
 // in the store, taken: at most M per subject, refilled as the bucket
 // refills. A Reset does not touch leases in hand. Leases are for a few hot
 // subjects: the limiter keeps a record per subject it checked within a
-// lifetime, and sweeps them all every half lifetime.
+// lifetime, and sweeps them all every half lifetime of its clock, and at
+// once when the clock goes back by more than half a lifetime; after such a
+// step, the records and leases of the subjects no longer checked end within
+// a lifetime or two of the clock.
 func WithLeases(lifetime time.Duration) Option {
 	return func(o *options) {
 		if lifetime < time.Millisecond {
@@ -337,7 +340,7 @@ func (l *Limiter[K]) acquireLeased(ctx context.Context, subject K, cost int64) (
 	if cost > ls.most || ls.closed.Load() {
 		return l.apply(ctx, l.prefix+enc, r)
 	}
-	if now.UnixMicro() >= ls.sweepAt.Load() {
+	if us, at := now.UnixMicro(), ls.sweepAt.Load(); us >= at || us < at-ls.lifetime.Microseconds() {
 		l.sweep(now)
 	}
 	var start time.Time
@@ -607,6 +610,23 @@ func (e *lease) handBack(g grant, back []leaseReturn) []leaseReturn {
 	return append(back, leaseReturn{e: e, g: g})
 }
 
+// rewind, under e.mu, brings e's times back to now when the clock has gone
+// back since e's last check, by more than a lifetime: its grants then end
+// within a lifetime of now, a denial's wait ends (the store decides the
+// next check), and the rate is measured anew.
+func (e *lease) rewind(ls *leases, now time.Time) {
+	e.seen, e.since, e.lastAt, e.asked = now, now, now, 0
+	if e.until.After(now) {
+		e.until = time.Time{}
+	}
+	end := now.Add(ls.lifetime)
+	for i := range e.grants {
+		if e.grants[i].expires.After(end) {
+			e.grants[i].expires = end
+		}
+	}
+}
+
 // bury marks e dead, under e.mu, and hands its grants back.
 func (e *lease) bury(ls *leases, back []leaseReturn) []leaseReturn {
 	e.dead = true
@@ -636,17 +656,24 @@ func (e *lease) decision(allowed bool, now time.Time) Decision {
 }
 
 // sweep gives back the leases whose lifetime is over and drops the records
-// of subjects not checked for a lifetime, at most once every half lifetime.
+// of subjects not checked for a lifetime, at most once every half lifetime
+// of the clock, and at once when the clock is more than half a lifetime
+// behind the last sweep: it went back. Records last checked more than a
+// lifetime ahead of the clock are rewound, so that they too end.
 func (l *Limiter[K]) sweep(now time.Time) {
 	ls := l.leases
-	at := ls.sweepAt.Load()
-	if now.UnixMicro() < at || !ls.sweepAt.CompareAndSwap(at, now.Add(ls.lifetime/2).UnixMicro()) {
+	at, us := ls.sweepAt.Load(), now.UnixMicro()
+	behind := us < at-ls.lifetime.Microseconds()
+	if us < at && !behind || !ls.sweepAt.CompareAndSwap(at, now.Add(ls.lifetime/2).UnixMicro()) {
 		return
 	}
 	var ret []leaseReturn
 	ls.mu.Lock()
 	for enc, e := range ls.m {
 		e.mu.Lock()
+		if e.seen.Sub(now) > ls.lifetime {
+			e.rewind(ls, now)
+		}
 		ret = e.expire(now, ret)
 		if len(e.grants) == 0 && e.renewing == nil && e.returned == nil && !now.Before(e.seen.Add(ls.lifetime)) {
 			ret = e.bury(ls, ret)

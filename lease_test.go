@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -507,3 +508,44 @@ func (p plainStore) Apply(ctx context.Context, key string, r ratelimit.Request) 
 	return p.s.Apply(ctx, key, r)
 }
 func (p plainStore) Reset(ctx context.Context, key string) error { return p.s.Reset(ctx, key) }
+
+// TestLeasesSweptAfterTheClockStepsBack: after the limiter's clock steps
+// back an hour, the leases of subjects no longer checked still go back, and
+// their records are still dropped, within a few lifetimes of the clock.
+func TestLeasesSweptAfterTheClockStepsBack(t *testing.T) {
+	ctx := context.Background()
+	clk := newTestClock()
+	store := memstore.New(memstore.WithClock(clk.now))
+	const lifetime = 10 * time.Millisecond
+	l := newLeased(t, store, leasePolicy, clk, lifetime)
+	const subjects = 1000
+	for i := range subjects {
+		for range 2 { // cold, then a lease of the most
+			if d, err := l.TryAcquire(ctx, fmt.Sprint("s", i)); err != nil || !d.Allowed {
+				t.Fatalf("check of s%d = %+v, %v", i, d, err)
+			}
+		}
+	}
+	if s := l.LeaseStats(); s.Taken != subjects || s.Tokens != subjects*(leaseMost-1) {
+		t.Fatalf("stats %+v; want %d leases of %d tokens, one used of each", s, subjects, leaseMost)
+	}
+	clk.advance(-time.Hour)
+	for range 8 { // four lifetimes
+		if _, err := l.TryAcquire(ctx, "other"); err != nil {
+			t.Fatal(err)
+		}
+		ratelimit.WaitLeaseReturns(l)
+		clk.advance(lifetime / 2)
+	}
+	if n := ratelimit.LeaseRecords(l); n != 1 {
+		t.Errorf("%d lease records four lifetimes after the step back; want 1 (the subject still checked)", n)
+	}
+	if s := l.LeaseStats(); s.Returned < subjects || s.Lost != 0 || s.Tokens > leaseMost {
+		t.Errorf("stats %+v; want the %d leases returned, none lost, and at most other's lease in hand", s, subjects)
+	}
+	for i := range subjects {
+		if d, err := l.Peek(ctx, fmt.Sprint("s", i)); err != nil || d.Remaining != leasePolicy.Capacity-2 {
+			t.Fatalf("s%d's bucket = %+v, %v; want %d: its lease back", i, d, err, leasePolicy.Capacity-2)
+		}
+	}
+}
