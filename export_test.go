@@ -25,3 +25,6 @@ func WaitLeaseReturns[K any](l *Limiter[K]) {
 		<-ch
 	}
 }
+
+// LeaseReturnQueue is the most give-backs of leases a limiter leaves waiting.
+const LeaseReturnQueue = leaseReturnQueue

@@ -366,6 +366,39 @@ func TestLeasesCheckAfterItsSubjectsGiveBack(t *testing.T) {
 	}
 }
 
+// TestLeasesGiveBacksWaitingAreBounded: while the store holds up every
+// give-back, those past the bound of the queue are not made, their tokens
+// counted lost at once; the others are made once the store answers.
+func TestLeasesGiveBacksWaitingAreBounded(t *testing.T) {
+	ctx := context.Background()
+	clk := newTestClock()
+	store := memstore.New(memstore.WithClock(clk.now))
+	gated := &gatedStore{Store: store, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	const lifetime = 10 * time.Millisecond
+	l := newLeased(t, gated, slowPolicy, clk, lifetime)
+	const over = 100
+	subjects := ratelimit.LeaseReturnQueue + over
+	for i := range subjects {
+		for range 2 { // cold, then a lease of the most
+			if d, err := l.TryAcquire(ctx, fmt.Sprint("s", i)); err != nil || !d.Allowed {
+				t.Fatalf("check of s%d = %+v, %v", i, d, err)
+			}
+		}
+	}
+	clk.advance(lifetime)
+	if _, err := l.TryAcquire(ctx, "other"); err != nil { // sweeps every lease
+		t.Fatal(err)
+	}
+	if s := l.LeaseStats(); s.Tokens != 0 || s.Lost != over*(leaseMost-1) || s.Returned != 0 {
+		t.Fatalf("stats %+v with every give-back held up; want the %d past the queue's bound lost", s, over)
+	}
+	close(gated.release)
+	ratelimit.WaitLeaseReturns(l)
+	if s := l.LeaseStats(); s.Lost != over*(leaseMost-1) || s.Returned != uint64(ratelimit.LeaseReturnQueue) {
+		t.Fatalf("stats %+v; want the %d waiting returned", s, ratelimit.LeaseReturnQueue)
+	}
+}
+
 // flakyStore is a memstore whose calls fail while down is set: an outage
 // of the shared store.
 type flakyStore struct {
