@@ -6,3 +6,25 @@ func SetWaitJitter[K any](l *Limiter[K], jitter func(n int64) int64) { l.jitter 
 
 // WithSleep sets how Wait and WaitN sleep between tries (a test hook).
 var WithSleep = withSleep
+
+// LeaseRecords returns the number of subjects l keeps a lease record for.
+func LeaseRecords[K any](l *Limiter[K]) int {
+	l.leases.mu.RLock()
+	defer l.leases.mu.RUnlock()
+	return len(l.leases.m)
+}
+
+// WaitLeaseReturns waits until l has no give-back of a lease queued or in
+// flight.
+func WaitLeaseReturns[K any](l *Limiter[K]) {
+	ls := l.leases
+	ls.rmu.Lock()
+	ch := ls.drained
+	ls.rmu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// LeaseReturnQueue is the most give-backs of leases a limiter leaves waiting.
+const LeaseReturnQueue = leaseReturnQueue

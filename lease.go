@@ -23,6 +23,16 @@ const (
 	// than the lease lives, for a return that waits for the next check's
 	// sweep.
 	leaseRecordSlack = 10 * time.Second
+	// leaseReturners: the most give-backs of leases in flight at a time,
+	// each on a goroutine that ends when none is waiting.
+	leaseReturners = 4
+	// leaseReturnQueue: the most give-backs that checks and sweeps leave
+	// waiting for a returner; one past it is not made, and its tokens are
+	// lost (Close's always wait).
+	leaseReturnQueue = 4096
+	// leaseReturnTimeout bounds each give-back; one that runs out of time
+	// leaves its tokens taken.
+	leaseReturnTimeout = time.Second
 )
 
 // WithLeases makes the limiter serve subjects it checks often from leases:
@@ -42,9 +52,12 @@ const (
 // M. A subject whose lease would be used up by the check at hand (one that
 // asks for under a token per 4 ms, say) and a cost above M are checked
 // through the store as without leases. A lease lives for lifetime (at least
-// 1 ms): what is left of it then goes back to the bucket, settled, at the
-// next check of any subject of the limiter, or at Close. Leases of
-// P processes on one subject keep these promises:
+// 1 ms): what is left of it then goes back to the bucket, settled, from the
+// next check of any subject of the limiter, or from Close. Give-backs are
+// made in the background, by at most 4 goroutines at a time, each within a
+// second: a check waits for none of them but those of its own subject, and
+// for those only before it asks the store, at most until its context ends
+// (or a second). Leases of P processes on one subject keep these promises:
 //
 //   - Never more is admitted than the policy allows: a process admits only
 //     with tokens the store has already taken from the shared bucket, and
@@ -70,13 +83,18 @@ const (
 // cannot cover a check, the check goes to the store, whose error or outage
 // behaviour (fallback's) applies as without leases; leases are renewed again
 // after a check through the store succeeds. A lease whose return fails is
-// kept as taken (LeaseStats.Lost): fewer admitted, never more.
+// kept as taken (LeaseStats.Lost): fewer admitted, never more. So is one
+// whose return is not made: one that 4096 others wait ahead of, or one
+// abandoned by a Close whose context ended first.
 //
 // A process that stops checking without Close leaves its leases to expire
 // in the store, taken: at most M per subject, refilled as the bucket
 // refills. A Reset does not touch leases in hand. Leases are for a few hot
 // subjects: the limiter keeps a record per subject it checked within a
-// lifetime, and sweeps them all every half lifetime.
+// lifetime, and sweeps them all every half lifetime of its clock, and at
+// once when the clock goes back by more than half a lifetime; after such a
+// step, the records and leases of the subjects no longer checked end within
+// a lifetime or two of the clock.
 func WithLeases(lifetime time.Duration) Option {
 	return func(o *options) {
 		if lifetime < time.Millisecond {
@@ -95,7 +113,7 @@ type LeaseStats struct {
 	// shared bucket (a lease used up has nothing to return).
 	Returned uint64
 	// Tokens is the number of tokens in this process's leases now, not yet
-	// used.
+	// used; those being given back are no longer counted.
 	Tokens int64
 	// Local counts the decisions served from leases without a store call,
 	// admitted or denied: those with Source SourceLease.
@@ -104,8 +122,9 @@ type LeaseStats struct {
 	// renewal had failed (see WithLeases).
 	Degraded uint64
 	// Lost counts the unused tokens of leases that could not be returned
-	// (the store failed, or kept the lease's record for less than its
-	// lifetime): kept as taken.
+	// (the store failed or took over a second, or kept the lease's record
+	// for less than its lifetime) or whose return was not made (see
+	// WithLeases): kept as taken.
 	Lost int64
 }
 
@@ -136,10 +155,12 @@ func (l *Limiter[K]) LeaseStats() LeaseStats {
 }
 
 // Close gives back the unused tokens of the limiter's leases, settling each
-// in the store, and waits for the renewals in flight to end; it returns the
-// errors of the settles that failed (those tokens are kept as taken). After
-// Close, every check goes to the store. Closing a limiter without leases, or
-// twice, does nothing.
+// in the store, and waits for the renewals and the give-backs in flight to
+// end, or for ctx to end. It returns an error when some tokens could not be
+// given back, saying how many, of how many leases: those are kept as taken
+// (LeaseStats.Lost). When ctx ends first, the give-backs not made yet are
+// abandoned, and those in flight cancelled. After Close, every check goes
+// to the store. Closing a limiter without leases, or twice, does nothing.
 func (l *Limiter[K]) Close(ctx context.Context) error {
 	ls := l.leases
 	if ls == nil || ls.closed.Swap(true) {
@@ -158,10 +179,58 @@ func (l *Limiter[K]) Close(ctx context.Context) error {
 		delete(ls.m, enc)
 	}
 	ls.mu.Unlock()
+	c := new(closing)
+	l.giveBack(back, c)
 	for _, ch := range flights {
-		<-ch
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return l.abandon(ctx, c)
+		}
 	}
-	return l.giveBack(ctx, back)
+	// A renewal that ended after its lease was buried has handed its
+	// grant back: it is owed now.
+	ls.rmu.Lock()
+	drained := ls.drained
+	ls.rmu.Unlock()
+	if drained != nil {
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			return l.abandon(ctx, c)
+		}
+	}
+	ls.rmu.Lock()
+	defer ls.rmu.Unlock()
+	if c.leases > 0 {
+		return fmt.Errorf("ratelimit: Close: %d unused tokens of %d leases not given back, kept as taken: %w", c.tokens, c.leases, c.err)
+	}
+	return nil
+}
+
+// closing counts the give-backs of a Close that failed.
+type closing struct {
+	tokens int64
+	leases int
+	err    error // the first failure
+}
+
+// abandon ends Close when ctx ended before the give-backs: those waiting
+// are not made, those in flight are cancelled, and all count as lost. The
+// error counts them with those of the Close that failed already.
+func (l *Limiter[K]) abandon(ctx context.Context, c *closing) error {
+	ls := l.leases
+	ls.cancel()
+	ls.rmu.Lock()
+	tokens, leases := c.tokens+ls.owed, c.leases+ls.owing
+	queued := ls.queue
+	ls.queue = nil
+	err := c.err
+	ls.rmu.Unlock()
+	for _, b := range queued {
+		l.finish(b, ctx.Err())
+	}
+	return fmt.Errorf("ratelimit: Close: %d unused tokens of %d leases not given back, kept as taken: %w", tokens, leases, errors.Join(ctx.Err(), err))
 }
 
 // leases is a limiter's lease mode: the leases this process holds, by
@@ -181,6 +250,17 @@ type leases struct {
 	taken, returned atomic.Uint64
 	local, degraded atomic.Uint64 // of the subjects swept
 	lost            atomic.Int64
+
+	// The give-backs (see giveBack): those waiting, and the returners
+	// settling them. A lease's mu is never held with rmu.
+	stop      context.Context    // of every give-back; ended by a Close that runs out of time
+	cancel    context.CancelFunc // ends stop
+	rmu       sync.Mutex
+	queue     []leaseReturn // waiting for a returner, oldest first
+	returners int
+	owed      int64         // the unused tokens of the give-backs waiting or in flight
+	owing     int           // those give-backs
+	drained   chan struct{} // closed when owing falls to 0; nil while it is 0
 }
 
 // lease is one subject's lease in this process, and what decides its size.
@@ -197,9 +277,11 @@ type lease struct {
 	until    time.Time     // after a denied renewal: deny what the lease cannot cover until then
 	last     Decision      // the store's decision on the last renewal
 	lastAt   time.Time
-	asked    int64     // tokens asked for since the last renewal
-	since    time.Time // the last renewal, or the first check
-	seen     time.Time // the last check
+	asked    int64         // tokens asked for since the last renewal
+	since    time.Time     // the last renewal, or the first check
+	seen     time.Time     // the last check
+	owing    int           // give-backs of its grants waiting or in flight
+	returned chan struct{} // closed when owing falls to 0; nil while it is 0
 
 	local, degraded uint64
 }
@@ -211,10 +293,12 @@ type grant struct {
 	expires time.Time
 }
 
-// leaseReturn is a reservation to settle: the unused tokens of a grant.
+// leaseReturn is a reservation to settle: the unused tokens of a grant of
+// lease e.
 type leaseReturn struct {
-	enc string
-	g   grant
+	e *lease
+	g grant
+	c *closing // the Close that gives it back, or nil
 }
 
 // newLeases sets up the lease mode of a limiter whose smallest capacity is
@@ -224,13 +308,15 @@ func newLeases(store Store, lifetime time.Duration, minCap int64) (*leases, erro
 	if !ok {
 		return nil, fmt.Errorf("ratelimit: leases need a store that holds reservations: %w", errors.ErrUnsupported)
 	}
-	return &leases{
+	ls := &leases{
 		res:      res,
 		lifetime: lifetime,
 		ttl:      lifetime + leaseRecordSlack,
 		most:     max(1, minCap/leaseShare),
 		m:        make(map[string]*lease),
-	}, nil
+	}
+	ls.stop, ls.cancel = context.WithCancel(context.Background())
+	return ls, nil
 }
 
 // now reads the limiter's clock, or the host's without WithClock.
@@ -254,14 +340,14 @@ func (l *Limiter[K]) acquireLeased(ctx context.Context, subject K, cost int64) (
 	if cost > ls.most || ls.closed.Load() {
 		return l.apply(ctx, l.prefix+enc, r)
 	}
-	if now.UnixMicro() >= ls.sweepAt.Load() {
-		l.sweep(ctx, now)
+	if us, at := now.UnixMicro(), ls.sweepAt.Load(); us >= at || us < at-ls.lifetime.Microseconds() {
+		l.sweep(now)
 	}
 	var start time.Time
 	if l.obs != nil {
 		start = time.Now()
 	}
-	counted, renewed := false, false
+	counted, renewed, waited := false, false, false
 	for {
 		e := l.lease(enc, now)
 		e.mu.Lock()
@@ -277,7 +363,7 @@ func (l *Limiter[K]) acquireLeased(ctx context.Context, subject K, cost int64) (
 			e.asked += cost
 			e.seen = now
 		}
-		expired := e.expire(now)
+		expired := e.expire(now, nil)
 		if e.held >= cost {
 			e.take(cost)
 			d := e.decision(true, now)
@@ -287,7 +373,7 @@ func (l *Limiter[K]) acquireLeased(ctx context.Context, subject K, cost int64) (
 			}
 			want := e.renewal(ls, now, 0, true)
 			e.mu.Unlock()
-			l.giveBack(ctx, expired)
+			l.giveBack(expired, nil)
 			if l.obs != nil {
 				l.decided(ctx, e.key, cost, false, d, start)
 			}
@@ -299,7 +385,7 @@ func (l *Limiter[K]) acquireLeased(ctx context.Context, subject K, cost int64) (
 		switch {
 		case e.outage:
 			e.mu.Unlock()
-			l.giveBack(ctx, expired)
+			l.giveBack(expired, nil)
 			d, err := l.apply(ctx, e.key, r)
 			if err == nil && d.Source == SourceStore {
 				e.mu.Lock()
@@ -310,7 +396,7 @@ func (l *Limiter[K]) acquireLeased(ctx context.Context, subject K, cost int64) (
 		case e.renewing != nil:
 			ch := e.renewing
 			e.mu.Unlock()
-			l.giveBack(ctx, expired)
+			l.giveBack(expired, nil)
 			select {
 			case <-ch:
 			case <-ctx.Done():
@@ -323,11 +409,24 @@ func (l *Limiter[K]) acquireLeased(ctx context.Context, subject K, cost int64) (
 			d := e.decision(false, now)
 			e.local++
 			e.mu.Unlock()
-			l.giveBack(ctx, expired)
+			l.giveBack(expired, nil)
 			if l.obs != nil {
 				l.decided(ctx, e.key, cost, false, d, start)
 			}
 			return d, nil
+		case e.returned != nil && !waited:
+			// The store is asked after the give-backs of the
+			// subject's grants, which may have left its bucket
+			// short: waiting for them at most leaseReturnTimeout.
+			waited = true
+			ch := e.returned
+			e.mu.Unlock()
+			l.giveBack(expired, nil)
+			if err := awaitReturns(ctx, ch); err != nil {
+				l.failed(ctx, e.key, opAcquire, cost, err, start)
+				return Decision{}, err
+			}
+			continue
 		}
 		want := int64(0)
 		if !renewed {
@@ -340,11 +439,11 @@ func (l *Limiter[K]) acquireLeased(ctx context.Context, subject K, cost int64) (
 				e.since, e.asked = now, 0
 			}
 			e.mu.Unlock()
-			l.giveBack(ctx, expired)
+			l.giveBack(expired, nil)
 			return l.apply(ctx, e.key, r)
 		}
 		e.mu.Unlock()
-		l.giveBack(ctx, expired)
+		l.giveBack(expired, nil)
 		if err := l.renew(ctx, e, want); err != nil && ctx.Err() != nil {
 			l.failed(ctx, e.key, opAcquire, cost, ctx.Err(), start)
 			return Decision{}, ctx.Err()
@@ -381,7 +480,7 @@ func (e *lease) renewal(ls *leases, now time.Time, cost int64, early bool) int64
 	if e.renewing != nil || e.outage || now.Before(e.until) || ls.closed.Load() {
 		return 0
 	}
-	if early && e.held*4 > e.size {
+	if early && (e.held*4 > e.size || e.returned != nil) {
 		return 0
 	}
 	n := e.demand(ls.most, now, cost)
@@ -438,13 +537,13 @@ func (l *Limiter[K]) renew(ctx context.Context, e *lease, want int64) error {
 		// lease from it; what it took goes back.
 		e.outage = true
 		if d.Allowed {
-			back = append(back, leaseReturn{e.enc, grant{id: id, n: want}})
+			back = e.handBack(grant{id: id, n: want}, back)
 		}
 	case d.Allowed:
 		ls.taken.Add(1)
 		g := grant{id: id, n: want, expires: at.Add(ls.lifetime)}
 		if e.dead {
-			back = append(back, leaseReturn{e.enc, g})
+			back = e.handBack(g, back)
 		} else {
 			e.grants = append(e.grants, g)
 			e.held += want
@@ -459,7 +558,7 @@ func (l *Limiter[K]) renew(ctx context.Context, e *lease, want int64) error {
 	if err != nil {
 		l.failed(ctx, e.key, opReserve, want, err, start)
 	}
-	l.giveBack(ctx, back)
+	l.giveBack(back, nil)
 	close(ch)
 	return err
 }
@@ -484,27 +583,55 @@ func (e *lease) drop(i int) {
 	e.grants = e.grants[:len(e.grants)-1]
 }
 
-// expire removes, under e.mu, the grants whose lifetime is over, and returns
-// them to be given back (nil when none is).
-func (e *lease) expire(now time.Time) []leaseReturn {
-	var back []leaseReturn
+// expire removes, under e.mu, the grants whose lifetime is over, and hands
+// them back (see handBack).
+func (e *lease) expire(now time.Time, back []leaseReturn) []leaseReturn {
 	for i := 0; i < len(e.grants); {
 		if g := e.grants[i]; now.Before(g.expires) {
 			i++
 			continue
 		}
-		back = append(back, leaseReturn{e.enc, e.grants[i]})
+		back = e.handBack(e.grants[i], back)
 		e.held -= e.grants[i].n - e.grants[i].used
 		e.drop(i)
 	}
 	return back
 }
 
-// bury marks e dead, under e.mu, and appends its grants to back.
+// handBack appends grant g of e to back, under e.mu, when it has unused
+// tokens, and counts it as owed by e until its give-back ends.
+func (e *lease) handBack(g grant, back []leaseReturn) []leaseReturn {
+	if g.used >= g.n {
+		return back
+	}
+	if e.owing++; e.returned == nil {
+		e.returned = make(chan struct{})
+	}
+	return append(back, leaseReturn{e: e, g: g})
+}
+
+// rewind, under e.mu, brings e's times back to now when the clock has gone
+// back since e's last check, by more than a lifetime: its grants then end
+// within a lifetime of now, a denial's wait ends (the store decides the
+// next check), and the rate is measured anew.
+func (e *lease) rewind(ls *leases, now time.Time) {
+	e.seen, e.since, e.lastAt, e.asked = now, now, now, 0
+	if e.until.After(now) {
+		e.until = time.Time{}
+	}
+	end := now.Add(ls.lifetime)
+	for i := range e.grants {
+		if e.grants[i].expires.After(end) {
+			e.grants[i].expires = end
+		}
+	}
+}
+
+// bury marks e dead, under e.mu, and hands its grants back.
 func (e *lease) bury(ls *leases, back []leaseReturn) []leaseReturn {
 	e.dead = true
 	for _, g := range e.grants {
-		back = append(back, leaseReturn{e.enc, g})
+		back = e.handBack(g, back)
 	}
 	e.grants, e.held = nil, 0
 	ls.local.Add(e.local)
@@ -529,46 +656,142 @@ func (e *lease) decision(allowed bool, now time.Time) Decision {
 }
 
 // sweep gives back the leases whose lifetime is over and drops the records
-// of subjects not checked for a lifetime, at most once every half lifetime.
-func (l *Limiter[K]) sweep(ctx context.Context, now time.Time) {
+// of subjects not checked for a lifetime, at most once every half lifetime
+// of the clock, and at once when the clock is more than half a lifetime
+// behind the last sweep: it went back. Records last checked more than a
+// lifetime ahead of the clock are rewound, so that they too end.
+func (l *Limiter[K]) sweep(now time.Time) {
 	ls := l.leases
-	at := ls.sweepAt.Load()
-	if now.UnixMicro() < at || !ls.sweepAt.CompareAndSwap(at, now.Add(ls.lifetime/2).UnixMicro()) {
+	at, us := ls.sweepAt.Load(), now.UnixMicro()
+	behind := us < at-ls.lifetime.Microseconds()
+	if us < at && !behind || !ls.sweepAt.CompareAndSwap(at, now.Add(ls.lifetime/2).UnixMicro()) {
 		return
 	}
-	var back []leaseReturn
+	var ret []leaseReturn
 	ls.mu.Lock()
 	for enc, e := range ls.m {
 		e.mu.Lock()
-		back = append(back, e.expire(now)...)
-		if len(e.grants) == 0 && e.renewing == nil && !now.Before(e.seen.Add(ls.lifetime)) {
-			back = e.bury(ls, back)
+		if e.seen.Sub(now) > ls.lifetime {
+			e.rewind(ls, now)
+		}
+		ret = e.expire(now, ret)
+		if len(e.grants) == 0 && e.renewing == nil && e.returned == nil && !now.Before(e.seen.Add(ls.lifetime)) {
+			ret = e.bury(ls, ret)
 			delete(ls.m, enc)
 		}
 		e.mu.Unlock()
 	}
 	ls.mu.Unlock()
-	l.giveBack(ctx, back)
+	l.giveBack(ret, nil)
 }
 
-// giveBack settles each reservation of back with the tokens it used, and
-// returns the errors of those that failed; their unused tokens are counted
-// as lost. A settle is not cancelled with ctx: it gives tokens back.
-func (l *Limiter[K]) giveBack(ctx context.Context, back []leaseReturn) error {
+// giveBack hands the reservations of back to the returners: at most
+// leaseReturners goroutines, which settle each with the tokens it used, in
+// the background, within leaseReturnTimeout (see returner). A check never
+// waits for a give-back but of its own subject (see acquireLeased). A
+// give-back that leaseReturnQueue others wait ahead of is not made: its
+// unused tokens are counted lost, kept as taken. c is the Close that gives
+// back, or nil; its give-backs always wait.
+func (l *Limiter[K]) giveBack(back []leaseReturn, c *closing) {
+	if len(back) == 0 {
+		return
+	}
 	ls := l.leases
-	var errs []error
+	var over []leaseReturn
+	ls.rmu.Lock()
 	for _, b := range back {
-		unused := b.g.n - b.g.used
-		if unused <= 0 {
+		if ls.owing == 0 {
+			ls.drained = make(chan struct{})
+		}
+		ls.owed += b.g.n - b.g.used
+		ls.owing++
+		if c == nil && len(ls.queue) >= leaseReturnQueue {
+			over = append(over, b)
 			continue
 		}
-		_, err := l.settle(context.WithoutCancel(ctx), l.prefix+b.enc, b.g.id, []int64{b.g.used})
-		if err != nil {
-			ls.lost.Add(unused)
-			errs = append(errs, err)
-			continue
+		b.c = c
+		ls.queue = append(ls.queue, b)
+	}
+	for ls.returners < min(leaseReturners, len(ls.queue)) {
+		ls.returners++
+		go l.returner()
+	}
+	ls.rmu.Unlock()
+	for _, b := range over {
+		l.finish(b, errReturnsQueued)
+	}
+}
+
+// errReturnsQueued is the failure of a give-back not made because too many
+// were waiting.
+var errReturnsQueued = fmt.Errorf("ratelimit: over %d give-backs of leases waiting", leaseReturnQueue)
+
+// returner settles the give-backs waiting, oldest first, each within
+// leaseReturnTimeout, and ends when none is left.
+func (l *Limiter[K]) returner() {
+	ls := l.leases
+	for {
+		ls.rmu.Lock()
+		if len(ls.queue) == 0 {
+			ls.queue = nil
+			ls.returners--
+			ls.rmu.Unlock()
+			return
 		}
+		b := ls.queue[0]
+		ls.queue[0] = leaseReturn{}
+		ls.queue = ls.queue[1:]
+		ls.rmu.Unlock()
+		ctx, cancel := context.WithTimeout(ls.stop, leaseReturnTimeout)
+		_, err := l.settle(ctx, b.e.key, b.g.id, []int64{b.g.used})
+		cancel()
+		l.finish(b, err)
+	}
+}
+
+// finish records the end of give-back b: made when err is nil, else its
+// unused tokens are lost.
+func (l *Limiter[K]) finish(b leaseReturn, err error) {
+	ls := l.leases
+	unused := b.g.n - b.g.used
+	if err != nil {
+		ls.lost.Add(unused)
+	} else {
 		ls.returned.Add(1)
 	}
-	return errors.Join(errs...)
+	e := b.e
+	e.mu.Lock()
+	if e.owing--; e.owing == 0 {
+		close(e.returned)
+		e.returned = nil
+	}
+	e.mu.Unlock()
+	ls.rmu.Lock()
+	ls.owed -= unused
+	if ls.owing--; ls.owing == 0 {
+		close(ls.drained)
+		ls.drained = nil
+	}
+	if c := b.c; c != nil && err != nil {
+		c.tokens += unused
+		c.leases++
+		if c.err == nil {
+			c.err = err
+		}
+	}
+	ls.rmu.Unlock()
+}
+
+// awaitReturns waits until ch is closed, at most leaseReturnTimeout; it
+// returns ctx's error if ctx ends first.
+func awaitReturns(ctx context.Context, ch <-chan struct{}) error {
+	t := time.NewTimer(leaseReturnTimeout)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -143,6 +144,11 @@ func hammerFleet(t *testing.T, stores []ratelimit.Store, clk *testClock, steps, 
 		if t.Failed() {
 			return
 		}
+		// The give-backs the step started are made in the background:
+		// the bucket and the leases are measured after them.
+		for _, l := range fleet {
+			ratelimit.WaitLeaseReturns(l)
+		}
 		elapsed := clk.now().Sub(start).Milliseconds()
 		if got, most := admitted.Load(), leasePolicy.Capacity+elapsed; got > most {
 			t.Fatalf("step %d: admitted %d tokens in %d ms; the policy allows %d", step, got, elapsed, most)
@@ -225,7 +231,7 @@ func TestLeasesReturnOnClose(t *testing.T) {
 }
 
 // TestLeasesReturnOnCoolDown: the lease of a subject no longer checked goes
-// back once its lifetime is over, at the next check of another subject.
+// back once its lifetime is over, from the next check of another subject.
 func TestLeasesReturnOnCoolDown(t *testing.T) {
 	ctx := context.Background()
 	clk := newTestClock()
@@ -236,6 +242,7 @@ func TestLeasesReturnOnCoolDown(t *testing.T) {
 		if _, err := l.TryAcquire(ctx, "other"); err != nil {
 			t.Fatal(err)
 		}
+		ratelimit.WaitLeaseReturns(l) // made in the background
 	})
 }
 
@@ -277,6 +284,118 @@ func leaseAndReturn(t *testing.T, l *ratelimit.Limiter[string], refill int64, gi
 	}
 	if s := l.LeaseStats(); s.Returned != 1 || s.Tokens != 0 || s.Lost != 0 {
 		t.Fatalf("stats %+v; want the lease returned", s)
+	}
+}
+
+// gatedStore is a memstore whose settles wait until release is closed,
+// each telling entered first.
+type gatedStore struct {
+	*memstore.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedStore) Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error) {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return ratelimit.Decision{}, ctx.Err()
+	}
+	return g.Store.Settle(ctx, key, id, r, actual)
+}
+
+// TestLeasesCheckAfterItsSubjectsGiveBack: a check of a subject whose lease
+// is being given back, in the background, asks the store only after the
+// give-back is made, so that the tokens given back count; it returns within
+// its deadline if the give-back takes longer.
+func TestLeasesCheckAfterItsSubjectsGiveBack(t *testing.T) {
+	ctx := context.Background()
+	clk := newTestClock()
+	store := memstore.New(memstore.WithClock(clk.now))
+	gated := &gatedStore{Store: store, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	const lifetime = 10 * time.Millisecond
+	l := newLeased(t, gated, slowPolicy, clk, lifetime)
+	plain, err := ratelimit.New[string](store, slowPolicy, ratelimit.WithClock(clk.now), ratelimit.WithNamespace("lease"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // cold, then a lease of the most
+		if d, err := l.TryAcquire(ctx, "s"); err != nil || !d.Allowed {
+			t.Fatalf("check = %+v, %v", d, err)
+		}
+	}
+	// Only the lease's unused tokens can admit s now.
+	if d, err := plain.TryAcquireN(ctx, "s", slowPolicy.Capacity-1-leaseMost); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("draining the bucket: %+v, %v", d, err)
+	}
+	clk.advance(lifetime)
+
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	_, err = l.TryAcquire(short, "s")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("check with a 20ms deadline while its subject's give-back waits = %v; want its deadline's error", err)
+	}
+	<-gated.entered
+
+	type result struct {
+		d   ratelimit.Decision
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := l.TryAcquire(ctx, "s")
+		done <- result{d, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("check = %+v, %v before its subject's give-back was made; want it to wait", r.d, r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gated.release)
+	if r := <-done; r.err != nil || !r.d.Allowed {
+		t.Fatalf("check after its subject's give-back = %+v, %v; want allowed from the tokens given back", r.d, r.err)
+	}
+	ratelimit.WaitLeaseReturns(l)
+	if s := l.LeaseStats(); s.Returned != 1 || s.Lost != 0 {
+		t.Fatalf("stats %+v; want the lease returned", s)
+	}
+}
+
+// TestLeasesGiveBacksWaitingAreBounded: while the store holds up every
+// give-back, those past the bound of the queue are not made, their tokens
+// counted lost at once; the others are made once the store answers.
+func TestLeasesGiveBacksWaitingAreBounded(t *testing.T) {
+	ctx := context.Background()
+	clk := newTestClock()
+	store := memstore.New(memstore.WithClock(clk.now))
+	gated := &gatedStore{Store: store, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	const lifetime = 10 * time.Millisecond
+	l := newLeased(t, gated, slowPolicy, clk, lifetime)
+	const over = 100
+	subjects := ratelimit.LeaseReturnQueue + over
+	for i := range subjects {
+		for range 2 { // cold, then a lease of the most
+			if d, err := l.TryAcquire(ctx, fmt.Sprint("s", i)); err != nil || !d.Allowed {
+				t.Fatalf("check of s%d = %+v, %v", i, d, err)
+			}
+		}
+	}
+	clk.advance(lifetime)
+	if _, err := l.TryAcquire(ctx, "other"); err != nil { // sweeps every lease
+		t.Fatal(err)
+	}
+	if s := l.LeaseStats(); s.Tokens != 0 || s.Lost != over*(leaseMost-1) || s.Returned != 0 {
+		t.Fatalf("stats %+v with every give-back held up; want the %d past the queue's bound lost", s, over)
+	}
+	close(gated.release)
+	ratelimit.WaitLeaseReturns(l)
+	if s := l.LeaseStats(); s.Lost != over*(leaseMost-1) || s.Returned != uint64(ratelimit.LeaseReturnQueue) {
+		t.Fatalf("stats %+v; want the %d waiting returned", s, ratelimit.LeaseReturnQueue)
 	}
 }
 
@@ -422,3 +541,44 @@ func (p plainStore) Apply(ctx context.Context, key string, r ratelimit.Request) 
 	return p.s.Apply(ctx, key, r)
 }
 func (p plainStore) Reset(ctx context.Context, key string) error { return p.s.Reset(ctx, key) }
+
+// TestLeasesSweptAfterTheClockStepsBack: after the limiter's clock steps
+// back an hour, the leases of subjects no longer checked still go back, and
+// their records are still dropped, within a few lifetimes of the clock.
+func TestLeasesSweptAfterTheClockStepsBack(t *testing.T) {
+	ctx := context.Background()
+	clk := newTestClock()
+	store := memstore.New(memstore.WithClock(clk.now))
+	const lifetime = 10 * time.Millisecond
+	l := newLeased(t, store, leasePolicy, clk, lifetime)
+	const subjects = 1000
+	for i := range subjects {
+		for range 2 { // cold, then a lease of the most
+			if d, err := l.TryAcquire(ctx, fmt.Sprint("s", i)); err != nil || !d.Allowed {
+				t.Fatalf("check of s%d = %+v, %v", i, d, err)
+			}
+		}
+	}
+	if s := l.LeaseStats(); s.Taken != subjects || s.Tokens != subjects*(leaseMost-1) {
+		t.Fatalf("stats %+v; want %d leases of %d tokens, one used of each", s, subjects, leaseMost)
+	}
+	clk.advance(-time.Hour)
+	for range 8 { // four lifetimes
+		if _, err := l.TryAcquire(ctx, "other"); err != nil {
+			t.Fatal(err)
+		}
+		ratelimit.WaitLeaseReturns(l)
+		clk.advance(lifetime / 2)
+	}
+	if n := ratelimit.LeaseRecords(l); n != 1 {
+		t.Errorf("%d lease records four lifetimes after the step back; want 1 (the subject still checked)", n)
+	}
+	if s := l.LeaseStats(); s.Returned < subjects || s.Lost != 0 || s.Tokens > leaseMost {
+		t.Errorf("stats %+v; want the %d leases returned, none lost, and at most other's lease in hand", s, subjects)
+	}
+	for i := range subjects {
+		if d, err := l.Peek(ctx, fmt.Sprint("s", i)); err != nil || d.Remaining != leasePolicy.Capacity-2 {
+			t.Fatalf("s%d's bucket = %+v, %v; want %d: its lease back", i, d, err, leasePolicy.Capacity-2)
+		}
+	}
+}

@@ -2,7 +2,9 @@ package memstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -11,13 +13,37 @@ import (
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
+// defaultMaxReservations is the most open reservations a Store holds
+// without WithMaxReservations: about 230 MB of records.
+const defaultMaxReservations = 1_000_000
+
+// errTooManyReservations is the error of a reserve refused because the store
+// holds its most open reservations (see WithMaxReservations).
+var errTooManyReservations = errors.New("memstore: too many open reservations")
+
+// WithMaxReservations sets the most reservations the store holds open
+// (reserved, not settled, and within their ttl) at a time; the default is
+// 1,000,000, and n below 1 keeps it. A reserve past it is refused with an
+// error before it takes anything: the store would otherwise keep a record of
+// about 230 bytes per reservation for as long as its ttl.
+func WithMaxReservations(n int) Option {
+	return func(s *Store) {
+		if n >= 1 {
+			s.reserved.most = n
+		}
+	}
+}
+
 // reservations holds the records of a Store's reservations that are not
 // settled yet, by bucket key and id, each until it expires on the store's
 // clock.
 type reservations struct {
 	mu      sync.Mutex
 	m       map[reservationKey]reservation
-	sweepAt int // the size at which to drop the expired records next
+	sweepAt int   // the size at which to drop the expired records next
+	most    int   // the most open reservations; 0 for the default
+	taking  int   // reserves between their room and their record
+	soonest int64 // µs on the store's clock: no record expires before it
 }
 
 type reservationKey struct{ key, id string }
@@ -34,29 +60,63 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 	if err := tokenbucket.ValidateReserve(id, r, ttl); err != nil {
 		return ratelimit.Decision{}, err
 	}
+	// Room for the record is kept before the bucket is touched, so that a
+	// refused reserve takes nothing.
+	rs := &s.reserved
+	rs.mu.Lock()
+	most := rs.most
+	if most == 0 {
+		most = defaultMaxReservations
+	}
+	if len(rs.m)+rs.taking >= most {
+		if clock := s.now(); clock >= rs.soonest {
+			rs.sweep(clock)
+		}
+		if open := len(rs.m) + rs.taking; open >= most {
+			rs.mu.Unlock()
+			return ratelimit.Decision{}, fmt.Errorf("%w: %d open, at most %d (memstore.WithMaxReservations); reserve of %s refused",
+				errTooManyReservations, open, most, keyfmt.Label(key))
+		}
+	}
+	rs.taking++
+	rs.mu.Unlock()
 	d, err := s.Apply(ctx, key, r)
+	// No one can settle the reservation before it is recorded: no one
+	// knows its id.
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.taking--
 	if err != nil || !d.Allowed {
 		return d, err
 	}
-	// No one can settle the reservation before it is recorded: no one
-	// knows its id.
-	rs := &s.reserved
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
 	clock := s.now()
 	if rs.m == nil {
 		rs.m = make(map[reservationKey]reservation)
 	}
 	if len(rs.m) >= rs.sweepAt {
-		for k, v := range rs.m {
-			if v.expires <= clock {
-				delete(rs.m, k)
-			}
-		}
-		rs.sweepAt = max(64, 2*len(rs.m))
+		rs.sweep(clock)
 	}
-	rs.m[reservationKey{key, id}] = reservation{holds: tokenbucket.Held(r), expires: clock + ttl.Microseconds()}
+	expires := clock + ttl.Microseconds()
+	if len(rs.m) == 0 || expires < rs.soonest {
+		rs.soonest = expires
+	}
+	rs.m[reservationKey{key, id}] = reservation{holds: tokenbucket.Held(r), expires: expires}
 	return d, nil
+}
+
+// sweep drops the records expired at clock, under rs.mu, and notes when the
+// next one expires.
+func (rs *reservations) sweep(clock int64) {
+	soonest := int64(math.MaxInt64)
+	for k, v := range rs.m {
+		if v.expires <= clock {
+			delete(rs.m, k)
+		} else {
+			soonest = min(soonest, v.expires)
+		}
+	}
+	rs.sweepAt = max(64, 2*len(rs.m))
+	rs.soonest = soonest
 }
 
 // Settle settles reservation id on the bucket at key with actual, the tokens
