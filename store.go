@@ -18,7 +18,7 @@ type Store interface {
 	// one atomic step: when r.Peek is false and every limit's bucket holds
 	// its cost (r.Cost, or its own of r.Costs), it takes them; otherwise it
 	// takes nothing. A missing
-	// bucket is full. The result is the same as Step's.
+	// bucket is full. The result is the one tokenbucket's State.Step gives.
 	Apply(ctx context.Context, key string, r Request) (Decision, error)
 	// Reset deletes the bucket at key, so that its next check starts full.
 	Reset(ctx context.Context, key string) error
