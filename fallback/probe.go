@@ -288,8 +288,12 @@ func (s *Store) probeOne(ctx context.Context, p *part, ping func(context.Context
 // ProbeForever probes the primary at once and then every interval
 // (DefaultProbeInterval when interval is not positive), and passes each
 // reading to report when it is not nil. It returns when ctx is done. The
-// caller runs it in the goroutine and for the lifetime it chooses; the
-// package starts no goroutine of its own.
+// caller runs it in the goroutine and for the lifetime it chooses, and it
+// leaves no goroutine behind: the pings of a partitioned primary's
+// partitions run at the same time, and each probe waits for all of them.
+// (The one goroutine of the package's own that outlives a call is the
+// probe a check kicks when its caller's deadline runs out: see the package
+// doc.)
 //
 // Each probe is bounded by the interval or by one second, whichever is
 // longer (and by WithTimeout when that is set): a ping that a loaded machine
