@@ -12,7 +12,9 @@ import (
 // Store may also wrap another, as package fallback does.
 //
 // A Store must be safe for simultaneous use by multiple goroutines, and must
-// not retain key or r.Limits after a call returns.
+// not retain key or r.Limits after a call returns. Package storetest is the
+// behaviour suite a Store passes; a store written elsewhere runs it from its
+// tests.
 type Store interface {
 	// Apply brings the bucket at key up to date and decides r against it, in
 	// one atomic step: when r.Peek is false and every limit's bucket holds
