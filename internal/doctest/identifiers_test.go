@@ -193,7 +193,9 @@ var (
 		"http", "httptest", "httputil", "io", "json", "keepalive", "log", "logging", "math", "metadata",
 		"metric", "net", "netip", "os", "otel", "prometheus", "promhttp", "rand", "redis", "runtime",
 		"signal", "slog", "sort", "status", "strconv", "strings", "sync", "syscall", "testing", "time",
-		"trace", "url",
+		"trace", "url", "durationpb",
+		// The store written elsewhere of package storetest's example.
+		"mystore",
 	)
 	// externalNames are the types, fields and functions of other modules
 	// that a comment or page names without their package, and the proper
@@ -203,8 +205,9 @@ var (
 		"ClusterClient", "UniversalClient", "UniversalOptions", "ParseURL", "MaxRetries", "MaxRedirects",
 		"DialerRetries", "ContextTimeoutEnabled", "ClusterStateReloadInterval", "ForEachMaster",
 		"ReloadState", "MasterForKey", "Exec",
-		// net/http, net/http/httputil, context, gRPC.
-		"MaxHeaderBytes", "IdleTimeout", "ReverseProxy", "SetXForwarded", "WithoutCancel",
+		// testing, net/http, net/http/httputil, context, gRPC.
+		"Cleanup", "TempDir", "RunParallel",
+		"MaxHeaderBytes", "IdleTimeout", "RemoteAddr", "Pattern", "ReverseProxy", "SetXForwarded", "WithoutCancel",
 		"MaxConnectionIdle", "InvalidArgument", "RetryInfo",
 		// Envoy's rate limit service and Istio.
 		"RateLimitRequest", "RateLimitResponse", "EnvoyFilter",
@@ -266,6 +269,9 @@ func (m *module) citations(where, text string, in *pkg) []citation {
 	boundary := func(i, j int) bool {
 		if i > 0 && (strings.ContainsRune("./-:", rune(text[i-1])) || isWord(text[i-1])) {
 			return false
+		}
+		if text[j-1] == '(' {
+			return !declRe.MatchString(text[:i]) // a call's arguments follow
 		}
 		if j < len(text) && (strings.ContainsRune("/-", rune(text[j])) || isWord(text[j])) {
 			return false
@@ -351,10 +357,15 @@ func (m *module) resolve(c citation) bool {
 		// pkg.Name or pkg.Name.Member; pkg's Name may be a method, as in
 		// "redisstore's Refund".
 		ps := m.byName[first]
-		if len(ps) == 0 || !unicode.IsUpper(rune(segs[1][0])) {
-			// Another module's package, skipped when listed, or a
-			// variable (r.Cost) or a file (doc.go), which is no citation.
+		switch {
+		case externalPackages[first]:
 			return true
+		case len(ps) == 0 && unicode.IsUpper(rune(segs[1][0])):
+			// A variable's member, r.Cost: a field or method of some
+			// type of the module, or of another module's when listed.
+			return externalNames[segs[1]] || m.anyPkgMember(segs[1])
+		case len(ps) == 0 || !unicode.IsUpper(rune(segs[1][0])):
+			return true // a file, doc.go, or an unexported member
 		}
 		for _, p := range ps {
 			if m.resolveIn(p, segs[1:]) || possessive && len(segs) == 2 && anyMember(p, segs[1]) {
@@ -380,6 +391,17 @@ func (m *module) resolve(c citation) bool {
 func (m *module) public(name string) bool {
 	for _, p := range m.byName[name] {
 		if p.dir != "internal" && !strings.HasPrefix(filepath.ToSlash(p.dir), "internal/") {
+			return true
+		}
+	}
+	return false
+}
+
+// anyPkgMember reports whether a type of any package of the module has a
+// field or method name.
+func (m *module) anyPkgMember(name string) bool {
+	for _, p := range m.byDir {
+		if anyMember(p, name) {
 			return true
 		}
 	}
