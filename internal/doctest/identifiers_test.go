@@ -186,14 +186,15 @@ var (
 	// externalPackages are the packages, of the standard library and of
 	// the module's dependencies, whose names a comment or page cites as
 	// pkg.Name; the test does not read them, so such a citation is
-	// skipped. (A lowercase x in x.Name that names no package at all is a
-	// variable, r.Cost, and not a citation.)
+	// skipped. (A lowercase x in x.Name that names no package is a
+	// variable, r.Cost, whose Name must be a field or method of a type of
+	// the module, or listed in externalNames.)
 	externalPackages = setOf(
-		"atomic", "bufio", "bytes", "codes", "context", "errors", "exec", "filepath", "fmt", "grpc",
-		"http", "httptest", "httputil", "io", "json", "keepalive", "log", "logging", "math", "metadata",
-		"metric", "net", "netip", "os", "otel", "prometheus", "promhttp", "rand", "redis", "runtime",
-		"signal", "slog", "sort", "status", "strconv", "strings", "sync", "syscall", "testing", "time",
-		"trace", "url", "durationpb",
+		"atomic", "bufio", "bytes", "codes", "context", "durationpb", "errors", "exec", "filepath",
+		"fmt", "grpc", "http", "httptest", "httputil", "io", "json", "keepalive", "log", "logging",
+		"math", "metadata", "metric", "net", "netip", "os", "otel", "prometheus", "promhttp", "rand",
+		"redis", "runtime", "signal", "slog", "sort", "status", "strconv", "strings", "sync",
+		"syscall", "testing", "time", "trace", "url",
 		// The store written elsewhere of package storetest's example.
 		"mystore",
 	)
