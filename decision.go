@@ -24,7 +24,7 @@ type Decision struct {
 	// the store the limiter was built on.
 	Source Source
 	// Converted reports that the bucket had been written by another policy
-	// and this check converted it to its own (see Step): a rolling deploy
+	// and this check converted it to its own (see tokenbucket's State.Step): a rolling deploy
 	// that changes the policy does this once per subject, but two limiters
 	// with different policies on one namespace do it on every check, and
 	// their subjects get the smaller of the two allowances. Give each policy

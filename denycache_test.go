@@ -10,16 +10,15 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
 // cached returns a limiter with a denial cache of size on a counted
 // memstore, on clock.
-func cached(t testing.TB, clock *storetest.Clock, size int, limits ...ratelimit.Limit) (*ratelimit.Limiter[string], *storetest.Counting) {
+func cached(t testing.TB, clock *testkit.Clock, size int, limits ...ratelimit.Limit) (*ratelimit.Limiter[string], *countingStore) {
 	t.Helper()
-	store := &storetest.Counting{Store: memstore.New(memstore.WithClock(clock.Now))}
+	store := &countingStore{Store: memstore.New(memstore.WithClock(clock.Now))}
 	l, err := ratelimit.NewMulti[string](store, limits, ratelimit.WithClock(clock.Now), ratelimit.WithDenyCache(size))
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +38,7 @@ type cacheStep struct {
 	retry   time.Duration
 }
 
-func runCache(t *testing.T, l *ratelimit.Limiter[string], clock *storetest.Clock, store *storetest.Counting, steps []cacheStep) {
+func runCache(t *testing.T, l *ratelimit.Limiter[string], clock *testkit.Clock, store *countingStore, steps []cacheStep) {
 	t.Helper()
 	ctx := context.Background()
 	for i, s := range steps {
@@ -134,7 +133,7 @@ func TestDenyCache(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := storetest.NewClock(storetest.Start)
+			clock := testkit.NewClock(testkit.Start)
 			l, counted := cached(t, clock, 16, tt.limits...)
 			runCache(t, l, clock, counted, tt.steps)
 		})
@@ -162,7 +161,7 @@ func TestDenyCacheOnlyDeniesWhatTheStoreWould(t *testing.T) {
 	var hits, checks int
 	for seq := range 60 {
 		policy := policies[seq%len(policies)]
-		clock := storetest.NewClock(storetest.Start)
+		clock := testkit.NewClock(testkit.Start)
 		l, _ := cached(t, clock, 4, policy...)
 		twin, err := ratelimit.NewMulti[string](memstore.New(memstore.WithClock(clock.Now)), policy, ratelimit.WithClock(clock.Now))
 		if err != nil {
@@ -232,7 +231,7 @@ func TestDenyCacheWithTheStoresOwnClock(t *testing.T) {
 	// No WithClock: the store decides by its own clock, and the cache times
 	// denials from time.Now read before the store is called. Nothing here
 	// waits: an hour-long wait cannot pass during the test.
-	store := &storetest.Counting{Store: memstore.New()}
+	store := &countingStore{Store: memstore.New()}
 	l, err := ratelimit.New[string](store, ratelimit.PerHour(1), ratelimit.WithDenyCache(8))
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +260,7 @@ func TestDenyCacheWithTheStoresOwnClock(t *testing.T) {
 func TestDenyCacheResetAndPeek(t *testing.T) {
 	ctx := context.Background()
 	t.Run("reset drops the entry", func(t *testing.T) {
-		clock := storetest.NewClock(storetest.Start)
+		clock := testkit.NewClock(testkit.Start)
 		l, store := cached(t, clock, 8, ratelimit.PerHour(1))
 		runCache(t, l, clock, store, []cacheStep{
 			{0, "s", 1, true, ratelimit.SourceStore, 0},
@@ -277,7 +276,7 @@ func TestDenyCacheResetAndPeek(t *testing.T) {
 		runCache(t, l, clock, store, []cacheStep{{0, "s", 1, true, ratelimit.SourceStore, 0}})
 	})
 	t.Run("a denial in flight across a reset is not kept", func(t *testing.T) {
-		clock := storetest.NewClock(storetest.Start)
+		clock := testkit.NewClock(testkit.Start)
 		gate := &gated{Store: memstore.New(memstore.WithClock(clock.Now))}
 		l, _ := ratelimit.New[string](gate, ratelimit.PerHour(1), ratelimit.WithClock(clock.Now), ratelimit.WithDenyCache(8))
 		l.TryAcquire(ctx, "s")
@@ -300,7 +299,7 @@ func TestDenyCacheResetAndPeek(t *testing.T) {
 		}
 	})
 	t.Run("peek asks the store and teaches the cache", func(t *testing.T) {
-		clock := storetest.NewClock(storetest.Start)
+		clock := testkit.NewClock(testkit.Start)
 		l, store := cached(t, clock, 8, ratelimit.PerMinute(2))
 		l.TryAcquireN(ctx, "s", 2)
 		for range 2 {
@@ -319,7 +318,7 @@ func TestDenyCacheResetAndPeek(t *testing.T) {
 		})
 	})
 	t.Run("an admission that contradicts an entry drops it", func(t *testing.T) {
-		clock := storetest.NewClock(storetest.Start)
+		clock := testkit.NewClock(testkit.Start)
 		l, store := cached(t, clock, 8, ratelimit.PerMinute(10))
 		runCache(t, l, clock, store, []cacheStep{
 			{0, "s", 10, true, ratelimit.SourceStore, 0},
@@ -340,7 +339,7 @@ func TestDenyCacheResetAndPeek(t *testing.T) {
 }
 
 func TestDenyCacheIsBoundedLRU(t *testing.T) {
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	l, store := cached(t, clock, 2, ratelimit.PerHour(1))
 	ctx := context.Background()
 	for _, s := range []string{"a", "b", "c"} {
@@ -369,7 +368,7 @@ func TestDenyCacheIsBoundedLRU(t *testing.T) {
 }
 
 func TestDenyCacheStats(t *testing.T) {
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	l, _ := cached(t, clock, 100, ratelimit.PerHour(1))
 	ctx := context.Background()
 	if st := l.DenyCacheStats(); st != (ratelimit.CacheStats{Capacity: 100}) || st.HitRate() != 0 {
@@ -429,7 +428,7 @@ func TestLimiterOptionsAreChecked(t *testing.T) {
 }
 
 func TestDenyCacheUnderConcurrency(t *testing.T) {
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	l, store := cached(t, clock, 64, ratelimit.PerHour(50))
 	ctx := context.Background()
 	admitted := testkit.Concurrently(t, 8, 200, func(g, i int) (bool, error) {

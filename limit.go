@@ -156,7 +156,7 @@ func validateCosts(limits []Limit, costs []int64) error {
 	}
 	for i, l := range limits {
 		if c := costs[i]; c < 1 || c > l.Capacity {
-			return invalid("cost %d must be between 1 and its limit's capacity %d (got %d)", i, l.Capacity, c)
+			return invalid("limit %d's cost must be between 1 and its capacity %d (got %d)", i, l.Capacity, c)
 		}
 	}
 	return nil

@@ -104,6 +104,9 @@ func TestRequestValidate(t *testing.T) {
 		{"cost above capacity", Request{Limits: ok, Cost: 11}, "cost must not exceed capacity"},
 		{"cost above the smaller capacity", Request{Limits: []Limit{PerSecond(10), PerSecond(5)}, Cost: 6}, "cost must not exceed capacity"},
 		{"second limit invalid", Request{Limits: []Limit{PerSecond(10), {}}, Cost: 1}, "limit 1: capacity must be at least 1"},
+		{"costs of the wrong count", Request{Limits: []Limit{PerMinute(60), PerMinute(90000)}, Costs: []int64{1}}, "costs must give one cost per limit (got 1 for 2 limits)"},
+		{"first cost zero", Request{Limits: []Limit{PerMinute(60), PerMinute(90000)}, Costs: []int64{0, 1}}, "limit 0's cost must be between 1 and its capacity 60 (got 0)"},
+		{"second cost above its capacity", Request{Limits: []Limit{PerMinute(60), PerMinute(90000)}, Costs: []int64{1, 95000}}, "limit 1's cost must be between 1 and its capacity 90000 (got 95000)"},
 		{"time before the epoch", Request{Limits: ok, Cost: 1, Now: time.Unix(-1, 0)}, "time must be between the Unix epoch and 2^52 µs after it"},
 		{"time too late", Request{Limits: ok, Cost: 1, Now: time.UnixMicro(arith.MaxTime + 1)}, "time must be between the Unix epoch and 2^52 µs after it"},
 	}

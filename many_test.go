@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -111,7 +111,7 @@ func TestTryAcquireMany(t *testing.T) {
 		if got := strings.Join(rec.keys, " "); got != "1:n:a 1:n:b 1:n:a 1:n:a 1:n:b" {
 			t.Fatalf("the store got %q", got)
 		}
-		store := &storetest.Counting{Store: memstore.New()}
+		store := &countingStore{Store: memstore.New()}
 		l, _ = ratelimit.New[string](store, ratelimit.PerMinute(2))
 		checkResults(t, l.TryAcquireMany(ctx, items), wants)
 	})
@@ -133,7 +133,7 @@ func TestTryAcquireMany(t *testing.T) {
 	})
 	t.Run("the clock is read once, and every item is decided at that time", func(t *testing.T) {
 		var reads atomic.Int64
-		clock := storetest.NewClock(storetest.Start)
+		clock := testkit.NewClock(testkit.Start)
 		store := &batching{Store: memstore.New()}
 		l, _ := ratelimit.New[string](store, ratelimit.PerMinute(2), ratelimit.WithClock(func() time.Time {
 			reads.Add(1)
@@ -155,7 +155,7 @@ func TestTryAcquireMany(t *testing.T) {
 		}
 	})
 	t.Run("the denial cache answers for its subjects and sends the rest", func(t *testing.T) {
-		clock := storetest.NewClock(storetest.Start)
+		clock := testkit.NewClock(testkit.Start)
 		store := &batching{Store: memstore.New(memstore.WithClock(clock.Now))}
 		l, _ := ratelimit.New[string](store, ratelimit.PerMinute(1), ratelimit.WithNamespace("n"),
 			ratelimit.WithClock(clock.Now), ratelimit.WithDenyCache(8))

@@ -10,7 +10,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -58,7 +58,7 @@ func (e *events) take() []string {
 
 func TestObserver(t *testing.T) {
 	ctx := context.Background()
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	newLimiter := func(store ratelimit.Store, obs ratelimit.Observer, opts ...ratelimit.Option) *ratelimit.Limiter[string] {
 		t.Helper()
 		opts = append([]ratelimit.Option{ratelimit.WithNamespace("n"), ratelimit.WithClock(clock.Now), ratelimit.WithObserver(obs)}, opts...)
@@ -86,7 +86,7 @@ func TestObserver(t *testing.T) {
 			"decision ns=n key=1:n:s cost=1 peek=false allowed=false source=cache",
 			"decision ns=n key=1:n:s cost=1 peek=true allowed=false source=store",
 		}},
-		{"invalid arguments, before any store", func() ratelimit.Store { return storetest.Failing{Err: errors.New("connection refused")} }, nil, func(l *ratelimit.Limiter[string]) {
+		{"invalid arguments, before any store", func() ratelimit.Store { return failingStore{Err: errors.New("connection refused")} }, nil, func(l *ratelimit.Limiter[string]) {
 			l.TryAcquireN(ctx, "s", 3)
 			l.TryAcquire(ctx, "")
 			l.Peek(ctx, "")
@@ -105,7 +105,7 @@ func TestObserver(t *testing.T) {
 				"error ns=n key=1:n:s op=acquire cost=1 kind=invalid",
 				"error ns=n key=1:n:s op=peek cost=1 kind=invalid",
 			}},
-		{"store errors, for checks, peeks and resets", func() ratelimit.Store { return storetest.Failing{Err: errors.New("connection refused")} }, nil, func(l *ratelimit.Limiter[string]) {
+		{"store errors, for checks, peeks and resets", func() ratelimit.Store { return failingStore{Err: errors.New("connection refused")} }, nil, func(l *ratelimit.Limiter[string]) {
 			l.TryAcquire(ctx, "s")
 			l.Peek(ctx, "s")
 			l.Reset(ctx, "s")
@@ -186,7 +186,7 @@ func TestSeveralObservers(t *testing.T) {
 
 func TestObservedLatencyIsTheChecksOwn(t *testing.T) {
 	// The injected clock does not move, but the latency is real time.
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	var latency time.Duration
 	slow := &gated{Store: memstore.New()}
 	l, _ := ratelimit.New[string](slow, ratelimit.PerMinute(1), ratelimit.WithClock(clock.Now),

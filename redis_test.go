@@ -14,7 +14,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/redistest"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -76,7 +76,7 @@ func checkMany(t *testing.T, res []ratelimit.Result) {
 
 func TestTryAcquireManyOnRedis(t *testing.T) {
 	ctx := context.Background()
-	at := func() time.Time { return storetest.Start }
+	at := func() time.Time { return testkit.Start }
 	t.Run("standalone: one pipeline for the whole batch", func(t *testing.T) {
 		srv, _ := redisStandalone(t)
 		client := redistest.NewClient(srv.Addr())
@@ -114,7 +114,7 @@ func TestTryAcquireManyOnAClusterWithAMasterDown(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3, 0)
 	client := redistest.NewClusterClient(cluster.Addrs()...)
 	defer client.Close()
-	l, _ := ratelimit.New[string](redisstore.New(client), ratelimit.PerMinute(5), ratelimit.WithClock(func() time.Time { return storetest.Start }))
+	l, _ := ratelimit.New[string](redisstore.New(client), ratelimit.PerMinute(5), ratelimit.WithClock(func() time.Time { return testkit.Start }))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	items := manyItems(120)
@@ -162,7 +162,7 @@ func TestTryAcquireManyOnAClusterWithAMasterDown(t *testing.T) {
 func TestDenyCacheOnRedis(t *testing.T) {
 	_, client := redisStandalone(t)
 	ctx := context.Background()
-	store := &storetest.Counting{Store: redisstore.New(client)}
+	store := &countingStore{Store: redisstore.New(client)}
 	t.Run("on the server's clock", func(t *testing.T) {
 		l, _ := ratelimit.New[string](store, ratelimit.PerHour(1), ratelimit.WithNamespace("own-clock"), ratelimit.WithDenyCache(16))
 		l.TryAcquire(ctx, "s")
@@ -192,7 +192,7 @@ func TestDenyCacheOnRedis(t *testing.T) {
 		}
 	})
 	t.Run("on an injected clock", func(t *testing.T) {
-		clock := storetest.NewClock(storetest.Start)
+		clock := testkit.NewClock(testkit.Start)
 		l, _ := ratelimit.New[string](store, ratelimit.PerHour(2), ratelimit.WithNamespace("injected"),
 			ratelimit.WithClock(clock.Now), ratelimit.WithDenyCache(16))
 		runCache(t, l, clock, store, []cacheStep{

@@ -12,13 +12,15 @@ import (
 // Store may also wrap another, as package fallback does.
 //
 // A Store must be safe for simultaneous use by multiple goroutines, and must
-// not retain key or r.Limits after a call returns.
+// not retain key or r.Limits after a call returns. Package storetest is the
+// behaviour suite a Store passes; a store written elsewhere runs it from its
+// tests.
 type Store interface {
 	// Apply brings the bucket at key up to date and decides r against it, in
 	// one atomic step: when r.Peek is false and every limit's bucket holds
 	// its cost (r.Cost, or its own of r.Costs), it takes them; otherwise it
 	// takes nothing. A missing
-	// bucket is full. The result is the same as Step's.
+	// bucket is full. The result is the one tokenbucket's State.Step gives.
 	Apply(ctx context.Context, key string, r Request) (Decision, error)
 	// Reset deletes the bucket at key, so that its next check starts full.
 	Reset(ctx context.Context, key string) error

@@ -10,17 +10,17 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/redisstore"
 )
 
 // newWaiter returns a limiter of limit on a fresh memstore, on a fake clock
 // that its sleeps advance, with the jitter fixed at jitter (nil: random).
-func newWaiter(t *testing.T, limit ratelimit.Limit, jitter func(int64) int64) (*ratelimit.Limiter[string], *storetest.Sleeper, *storetest.Counting) {
+func newWaiter(t *testing.T, limit ratelimit.Limit, jitter func(int64) int64) (*ratelimit.Limiter[string], *testkit.Sleeper, *countingStore) {
 	t.Helper()
-	s := &storetest.Sleeper{Clock: storetest.NewClock(storetest.Start)}
-	store := &storetest.Counting{Store: memstore.New(memstore.WithClock(s.Clock.Now))}
+	s := &testkit.Sleeper{Clock: testkit.NewClock(testkit.Start)}
+	store := &countingStore{Store: memstore.New(memstore.WithClock(s.Clock.Now))}
 	l, err := ratelimit.New[string](store, limit, ratelimit.WithClock(s.Clock.Now), ratelimit.WithSleep(s.Sleep))
 	if err != nil {
 		t.Fatal(err)
@@ -240,8 +240,8 @@ func TestWaitBeyondTheDeadlineAnswersAtOnce(t *testing.T) {
 }
 
 func TestWaitReturnsAStoreErrorAtOnce(t *testing.T) {
-	s := &storetest.Sleeper{Clock: storetest.NewClock(storetest.Start)}
-	l, err := ratelimit.New[string](storetest.Failing{Err: errors.New("connection refused")}, ratelimit.PerSecond(1), ratelimit.WithSleep(s.Sleep))
+	s := &testkit.Sleeper{Clock: testkit.NewClock(testkit.Start)}
+	l, err := ratelimit.New[string](failingStore{Err: errors.New("connection refused")}, ratelimit.PerSecond(1), ratelimit.WithSleep(s.Sleep))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,8 +345,8 @@ func TestWaitOnRedis(t *testing.T) {
 	// time) cannot forget a bucket during the test.
 	ctx := context.Background()
 	_, client := redisStandalone(t)
-	s := &storetest.Sleeper{Clock: storetest.NewClock(storetest.Start)}
-	store := &storetest.Counting{Store: redisstore.New(client)}
+	s := &testkit.Sleeper{Clock: testkit.NewClock(testkit.Start)}
+	store := &countingStore{Store: redisstore.New(client)}
 	l, err := ratelimit.New[string](store, ratelimit.PerSecond(4), ratelimit.WithNamespace("wait"),
 		ratelimit.WithClock(s.Clock.Now), ratelimit.WithSleep(s.Sleep))
 	if err != nil {

@@ -19,8 +19,8 @@
 //     SourceFailClosed.
 //   - LocalFallback: decided against a bucket per key kept in this process,
 //     with the same policy (or the fleet share of it, below) and the same
-//     exact arithmetic (ratelimit's Step, through a memstore.Store). Source
-//     is SourceLocal.
+//     exact arithmetic (tokenbucket's State.Step, through a memstore.Store).
+//     Source is SourceLocal.
 //
 // # The breaker
 //

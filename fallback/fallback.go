@@ -47,14 +47,13 @@ type Pinger interface {
 
 // Partitioner is the optional capability of a primary Store whose keys may
 // be kept by parts that fail on their own: redisstore over a Redis Cluster,
-// whose partitions are its masters. Without WithPartitions, a Store whose
-// primary has it and reports partitions keeps one liveness flag per
-// partition, so that a master that fails sends only its own subjects to the
-// outage behaviour.
+// whose partitions are its masters. A Store whose primary has it and
+// reports partitions keeps one liveness flag per partition, so that a
+// master that fails sends only its own subjects to the outage behaviour.
 type Partitioner interface {
-	// Partitions returns the partition and ping functions of
-	// WithPartitions, or nil ones when the store is one partition (a
-	// single Redis server).
+	// Partitions returns the function that names the partition serving a
+	// key and the function that pings one partition, or nil ones when the
+	// store is one partition (a single Redis server).
 	Partitions() (partition func(ctx context.Context, key string) string, ping func(ctx context.Context, partition string) error)
 }
 
@@ -67,8 +66,8 @@ type Store struct {
 	split   splitStore // primary, when it takes split keys
 	local   *memstore.Store
 
-	single   *part    // the one flag, without WithPartitions
-	parts    sync.Map // partition name -> *part, with WithPartitions
+	single   *part    // the one flag, when the primary is one partition
+	parts    sync.Map // partition name -> *part, when it reports partitions
 	probing  atomic.Int32
 	interval atomic.Int64 // ProbeForever's interval, for kick
 }
@@ -181,14 +180,15 @@ func WithProbe(ping func(ctx context.Context) error) Option {
 	}
 }
 
-// WithPartitions keeps one liveness flag per partition of the primary
-// instead of one for all of it. partition names the partition that serves
-// key, for example the address of the Redis Cluster master that owns the
-// key's slot; ping checks one partition, as WithProbe checks the whole
-// primary. A failure then marks down only the partition of the key that
+// withPartitions keeps one liveness flag per partition of the primary
+// instead of one for all of it, with the functions a Partitioner reports
+// (New takes them from the primary; tests give their own). partition names
+// the partition that serves key, for example the address of the Redis
+// Cluster master that owns the key's slot; ping checks one partition, as
+// WithProbe checks the whole primary. A failure then marks down only the partition of the key that
 // failed, MarkDown and MarkAlive act on every partition in use, and Probe
 // pings every partition in use, at the same time. For a go-redis
-// ClusterClient, redisstore.ClusterPartitions returns both functions.
+// ClusterClient, redisstore.Store's Partitions returns both functions.
 //
 // partition is called on every check, so it must be cheap and must not
 // block; go-redis's ClusterClient.MasterForKey reads its cached topology.
@@ -209,12 +209,12 @@ func withPartitions(partition func(ctx context.Context, key string) string, ping
 	}
 }
 
-// WithObserver tells o every change of state: the primary (with
-// WithPartitions, a partition) marked down, with the error that did it, or
+// WithObserver tells o every change of state: the primary (when it reports
+// partitions, a partition) marked down, with the error that did it, or
 // alive again. It is called once per change, synchronously, by the goroutine
 // that made it (a check, a probe, MarkDown or MarkAlive), with that call's
 // context (context.Background() for MarkDown and MarkAlive), so it must be
-// quick. A ratelimit.Observer such as promobserver's is a FallbackObserver.
+// quick. promobserver's and otelobserver's observers are Observers.
 // A partition that a probe forgets while it is down (see Probe) is reported
 // alive: its keys are served by the primary again, through another partition.
 func WithObserver(o Observer) Option {
@@ -277,9 +277,9 @@ func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (rat
 // ApplySplit is Apply on the key prefix+subject, which a Limiter calls
 // instead of building the key. The parts are joined only to ask a primary that is not a
 // splitStore itself (a redisstore.Store, which needs the whole
-// key for Redis anyway), and, with WithPartitions, before the partition
-// function is called; the local buckets of LocalFallback take them apart.
-// Over a memstore.Store without WithPartitions a check allocates no key,
+// key for Redis anyway), and, over a partitioned primary, before the
+// partition function is called; the local buckets of LocalFallback take
+// them apart. Over a memstore.Store, one partition, a check allocates no key,
 // whether the primary or the local bucket decides it.
 func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
 	return s.apply(ctx, prefix, subject, r)
@@ -450,7 +450,7 @@ func (s *Store) now(r ratelimit.Request) (int64, error) {
 }
 
 // unchecked returns the decision of a full bucket (open) or an empty one,
-// made with Step so that its fields follow the policy.
+// made with tokenbucket's State.Step so that its fields follow the policy.
 func (s *Store) unchecked(r ratelimit.Request, open bool) (ratelimit.Decision, error) {
 	us, err := s.now(r)
 	if err != nil {

@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
 // newFakeClock returns a clock that moves only when told to.
-func newFakeClock() *storetest.Clock {
-	return storetest.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+func newFakeClock() *testkit.Clock {
+	return testkit.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 // mode is what a fakePrimary does with a call.

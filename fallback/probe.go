@@ -139,8 +139,8 @@ func (s *Store) each(fn func(name string, p *part)) {
 }
 
 // IsAlive reports whether checks go to the primary: false while it is marked
-// down (with WithPartitions, while any partition in use is), waiting for a
-// probe to find it again.
+// down (over a partitioned primary, while any partition in use is), waiting
+// for a probe to find it again.
 func (s *Store) IsAlive() bool {
 	alive := true
 	s.each(func(_ string, p *part) { alive = alive && p.alive() })
@@ -148,8 +148,8 @@ func (s *Store) IsAlive() bool {
 }
 
 // MarkDown marks the primary down without waiting for a call to fail, as a
-// probe does when it sees it go away. With WithPartitions it marks every
-// partition in use. Checks are answered by the outage behaviour until a
+// probe does when it sees it go away. Over a partitioned primary it marks
+// every partition in use. Checks are answered by the outage behaviour until a
 // probe sees the primary answer, or until MarkAlive.
 func (s *Store) MarkDown() {
 	s.each(func(_ string, p *part) {
@@ -163,8 +163,8 @@ func (s *Store) MarkDown() {
 	})
 }
 
-// MarkAlive marks the primary as answering again (with WithPartitions, every
-// partition in use), so that checks go to it. Its buckets still hold
+// MarkAlive marks the primary as answering again (over a partitioned
+// primary, every partition in use), so that checks go to it. Its buckets still hold
 // what the fleet left in them: this process picks up the fleet's quota, not
 // a fresh one.
 func (s *Store) MarkAlive() {
@@ -208,8 +208,8 @@ func (s *Store) kick(ctx context.Context, p *part) {
 // Probing reports whether a ProbeForever is running on this Store.
 func (s *Store) Probing() bool { return s.probing.Load() > 0 }
 
-// Probe pings the primary once (with WithPartitions, every partition in
-// use, at the same time) and marks it alive when it answers within ctx, or
+// Probe pings the primary once (over a partitioned primary, every partition
+// in use, at the same time) and marks it alive when it answers within ctx, or
 // down when it does not, unless checks were answered by the primary while
 // the ping waited (then the ping, not the primary, was slow: a loaded
 // machine). It reports whether every ping was answered. An unreachable
@@ -218,10 +218,10 @@ func (s *Store) Probing() bool { return s.probing.Load() > 0 }
 // ctx a deadline: a ping of a hung primary waits for it (or for
 // WithTimeout).
 //
-// With WithPartitions, a partition is in use while the partition function
-// still maps to it the key whose check created it. Probe asks it before the
-// ping and again after a failed one (which may have reloaded the layout, see
-// WithPartitions), and forgets a partition that no longer has that key: it
+// Over a partitioned primary (see Partitioner), a partition is in use while
+// the partition function still maps to it the key whose check created it.
+// Probe asks it before the ping and again after a failed one (which may have
+// reloaded the layout, as redisstore's ping does), and forgets a partition that no longer has that key: it
 // is not pinged, does not count in the result or in IsAlive, and a later
 // key that maps to it again starts it afresh. With no partition in use there
 // is nothing to ping, and Probe reports true.
@@ -288,8 +288,12 @@ func (s *Store) probeOne(ctx context.Context, p *part, ping func(context.Context
 // ProbeForever probes the primary at once and then every interval
 // (DefaultProbeInterval when interval is not positive), and passes each
 // reading to report when it is not nil. It returns when ctx is done. The
-// caller runs it in the goroutine and for the lifetime it chooses; the
-// package starts no goroutine of its own.
+// caller runs it in the goroutine and for the lifetime it chooses, and it
+// leaves no goroutine behind: the pings of a partitioned primary's
+// partitions run at the same time, and each probe waits for all of them.
+// (The one goroutine of the package's own that outlives a call is the
+// probe a check kicks when its caller's deadline runs out: see the package
+// doc.)
 //
 // Each probe is bounded by the interval or by one second, whichever is
 // longer (and by WithTimeout when that is set): a ping that a loaded machine

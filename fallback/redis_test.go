@@ -9,7 +9,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/redistest"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -33,7 +33,7 @@ type standaloneFixture struct {
 	server *redistest.Server
 	store  *Store
 	lim    *ratelimit.Limiter[string]
-	clock  *storetest.Clock
+	clock  *testkit.Clock
 }
 
 func newStandalone(t *testing.T, policy ratelimit.Limit, addr func(*redistest.Server) string, opts ...Option) *standaloneFixture {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // TestReservationsAcrossAnOutage: a reservation made on the local bucket
@@ -62,7 +62,7 @@ func TestReservationOutageBehaviours(t *testing.T) {
 		{FailClosed, false, nil},
 	} {
 		t.Run(tc.outage.String(), func(t *testing.T) {
-			clock := storetest.NewClock(storetest.Start)
+			clock := testkit.NewClock(testkit.Start)
 			primary := newFakePrimary(clock.Now)
 			primary.set(refused)
 			s := mustNew(t, primary, WithOutage(tc.outage), WithClock(clock.Now))

@@ -5,9 +5,9 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/redistest"
-	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/exactlimit/ratelimit/storetest"
 )
 
 // TestSuite runs the behaviour suite every store passes over a fallback
@@ -26,7 +26,8 @@ func TestSuite(t *testing.T) {
 	for name, primary := range primaries {
 		for _, o := range []Outage{ReturnError, LocalFallback} {
 			t.Run(name+"/"+o.String(), func(t *testing.T) {
-				storetest.Run(t, mustNew(t, primary(t), WithOutage(o)))
+				store := mustNew(t, primary(t), WithOutage(o))
+				storetest.Run(t, func(*testing.T) ratelimit.Store { return store })
 			})
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 func clientInterceptor(t *testing.T, opts ...ClientOption) grpc.UnaryClientInterceptor {
@@ -31,7 +31,7 @@ func TestUnaryClientInterceptor(t *testing.T) {
 	inRange := func(d, wait time.Duration) bool { return d >= wait && d < wait+wait/10+time.Millisecond }
 	tests := []struct {
 		name    string
-		store   func(t *testing.T, clock *storetest.Clock) ratelimit.Store
+		store   func(t *testing.T, clock *testkit.Clock) ratelimit.Store
 		opts    []ClientOption
 		advance bool
 		ctx     func() (context.Context, context.CancelFunc)
@@ -56,19 +56,19 @@ func TestUnaryClientInterceptor(t *testing.T) {
 				return func(ctx context.Context) error { cancel(); return ctx.Err() }
 			},
 			codes.Canceled, nil},
-		{"an outage answer with RetryInfo is retried too", func(*testing.T, *storetest.Clock) ratelimit.Store { return failing{} },
+		{"an outage answer with RetryInfo is retried too", func(*testing.T, *testkit.Clock) ratelimit.Store { return failing{} },
 			[]ClientOption{WithRetries(2)}, true, nil, nil,
 			codes.Unavailable, []time.Duration{time.Second, time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := storetest.NewClock(storetest.Start)
+			clock := testkit.NewClock(testkit.Start)
 			newStore := stores(t)[0].new
 			if tt.store != nil {
 				newStore = tt.store
 			}
 			lim := newLimiter(t, newStore(t, clock), clock, "api", ratelimit.PerMinute(1))
-			fs := &storetest.Sleeper{}
+			fs := &testkit.Sleeper{}
 			if tt.advance {
 				fs.Clock = clock
 			}
@@ -106,7 +106,7 @@ func TestUnaryClientInterceptor(t *testing.T) {
 
 func TestUnaryClientInterceptorReturnsOtherErrorsAtOnce(t *testing.T) {
 	rec := &recording{}
-	fs := &storetest.Sleeper{}
+	fs := &testkit.Sleeper{}
 	client := serve(t, newInterceptor(t, rec),
 		grpc.WithUnaryInterceptor(clientInterceptor(t, WithRetrySleep(fs.Sleep))))
 	_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "unknown"})
@@ -161,7 +161,7 @@ func TestUnaryClientInterceptorCapsRetryInfo(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fs := &storetest.Sleeper{}
+			fs := &testkit.Sleeper{}
 			opts := append([]ClientOption{WithRetrySleep(fs.Sleep), WithRetries(1)}, tt.opts...)
 			client, calls := refusing(t, codes.ResourceExhausted, tt.delay, grpc.WithUnaryInterceptor(clientInterceptor(t, opts...)))
 			ctx, cancel := context.Background(), context.CancelFunc(func() {})
@@ -190,7 +190,7 @@ func TestUnaryClientInterceptorCapsRetryInfo(t *testing.T) {
 // The deadline is compared with the wait including its jitter.
 func TestRetryWaitAgainstTheDeadline(t *testing.T) {
 	c := &client{maxDelay: time.Minute, jitter: func(n int64) int64 { return n - 1 }, until: func(time.Time) time.Duration { return 5 * time.Second }}
-	ctx, cancel := context.WithDeadline(context.Background(), storetest.Start)
+	ctx, cancel := context.WithDeadline(context.Background(), testkit.Start)
 	defer cancel()
 	for _, tt := range []struct {
 		delay time.Duration

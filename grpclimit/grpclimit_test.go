@@ -15,7 +15,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // wantFields checks the rate-limit metadata of a call.
@@ -47,12 +47,12 @@ func wantStatus(t *testing.T, what string, err error, code codes.Code, wait time
 func TestUnaryAndStreamOnEveryStore(t *testing.T) {
 	for _, st := range stores(t) {
 		t.Run(st.name, func(t *testing.T) {
-			clock := storetest.NewClock(storetest.Start)
+			clock := testkit.NewClock(testkit.Start)
 			store := st.new(t, clock)
 			lim := newLimiter(t, store, clock, "api", ratelimit.PerMinute(2))
 			client := serve(t, newInterceptor(t, lim, WithClock(clock.Now)))
 			ctx := context.Background()
-			reset := storetest.Start.Unix()
+			reset := testkit.Start.Unix()
 
 			hdr, _, err := check(client, ctx)
 			if err != nil {
@@ -114,7 +114,7 @@ func TestUnaryAndStreamOnEveryStore(t *testing.T) {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func TestPerMethodPolicies(t *testing.T) {
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	for _, st := range stores(t)[:1] {
 		store := st.new(t, clock)
 		def := newLimiter(t, store, clock, "default-ns", ratelimit.PerMinute(5))
@@ -158,7 +158,7 @@ func TestPerMethodPolicies(t *testing.T) {
 }
 
 func TestOnlyListedMethodsAreLimitedWithoutADefault(t *testing.T) {
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	store := stores(t)[0].new(t, clock)
 	in := newInterceptor(t, nil, WithMethod(checkMethod, newLimiter(t, store, clock, "check", ratelimit.PerMinute(1))))
 	client := serve(t, in)
@@ -183,7 +183,7 @@ func TestOutages(t *testing.T) {
 			t.Fatalf("%s: rate-limit headers present = %v, want %v (%v)", what, got, fields, hdr)
 		}
 	}
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	unenforced := func(o fallback.Outage) Limiter {
 		fb, err := fallback.New(failing{}, fallback.WithOutage(o), fallback.WithClock(clock.Now))
 		if err != nil {
@@ -269,7 +269,7 @@ func TestOutages(t *testing.T) {
 func TestCheckTimeout(t *testing.T) {
 	t.Run("the default bound is 500ms", func(t *testing.T) {
 		b := &blocking{}
-		lim := newLimiter(t, b, storetest.NewClock(storetest.Start), "api", ratelimit.PerMinute(2))
+		lim := newLimiter(t, b, testkit.NewClock(testkit.Start), "api", ratelimit.PerMinute(2))
 		in := newInterceptor(t, lim)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel() // the store's context ends at once; only its deadline is looked at
@@ -284,7 +284,7 @@ func TestCheckTimeout(t *testing.T) {
 	})
 	t.Run("a store that does not answer in time is an outage", func(t *testing.T) {
 		b := &blocking{}
-		lim := newLimiter(t, b, storetest.NewClock(storetest.Start), "api", ratelimit.PerMinute(2))
+		lim := newLimiter(t, b, testkit.NewClock(testkit.Start), "api", ratelimit.PerMinute(2))
 		client := serve(t, newInterceptor(t, lim, WithTimeout(20*time.Millisecond)))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -293,7 +293,7 @@ func TestCheckTimeout(t *testing.T) {
 	})
 	t.Run("without a bound the call's deadline is the bound", func(t *testing.T) {
 		b := &blocking{}
-		lim := newLimiter(t, b, storetest.NewClock(storetest.Start), "api", ratelimit.PerMinute(2))
+		lim := newLimiter(t, b, testkit.NewClock(testkit.Start), "api", ratelimit.PerMinute(2))
 		in := newInterceptor(t, lim, WithTimeout(0))
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -361,7 +361,7 @@ func TestKeysCostsAndBadInput(t *testing.T) {
 	}
 
 	// The limiter's own refusal of a cost is InvalidArgument, not an outage.
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	lim := newLimiter(t, stores(t)[0].new(t, clock), clock, "api", ratelimit.PerMinute(2))
 	client = serve(t, newInterceptor(t, lim, WithCost(cost)))
 	_, err = client.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "abc"})
@@ -381,7 +381,7 @@ func TestKeysCostsAndBadInput(t *testing.T) {
 }
 
 func TestWithoutHeaders(t *testing.T) {
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	lim := newLimiter(t, stores(t)[0].new(t, clock), clock, "api", ratelimit.PerMinute(1))
 	client := serve(t, newInterceptor(t, lim, WithoutHeaders()))
 	hdr, _, err := check(client, context.Background())

@@ -18,7 +18,6 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/redistest"
-	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/redisstore"
@@ -64,16 +63,16 @@ func serveWith(t *testing.T, srvOpts []grpc.ServerOption, dialOpts ...grpc.DialO
 // real redis-server started on loopback, each on clock.
 func stores(t *testing.T) []struct {
 	name string
-	new  func(t *testing.T, clock *storetest.Clock) ratelimit.Store
+	new  func(t *testing.T, clock *testkit.Clock) ratelimit.Store
 } {
 	return []struct {
 		name string
-		new  func(t *testing.T, clock *storetest.Clock) ratelimit.Store
+		new  func(t *testing.T, clock *testkit.Clock) ratelimit.Store
 	}{
-		{"memstore", func(t *testing.T, clock *storetest.Clock) ratelimit.Store {
+		{"memstore", func(t *testing.T, clock *testkit.Clock) ratelimit.Store {
 			return memstore.New(memstore.WithClock(clock.Now))
 		}},
-		{"redis", func(t *testing.T, _ *storetest.Clock) ratelimit.Store {
+		{"redis", func(t *testing.T, _ *testkit.Clock) ratelimit.Store {
 			srv := redistest.StartServer(t)
 			client := redistest.Client(t, srv.Addr())
 			return redisstore.New(client)
@@ -82,7 +81,7 @@ func stores(t *testing.T) []struct {
 }
 
 // newLimiter returns a limiter of limit in namespace ns on store, on clock.
-func newLimiter(t *testing.T, store ratelimit.Store, clock *storetest.Clock, ns string, limit ratelimit.Limit) *ratelimit.Limiter[string] {
+func newLimiter(t *testing.T, store ratelimit.Store, clock *testkit.Clock, ns string, limit ratelimit.Limit) *ratelimit.Limiter[string] {
 	t.Helper()
 	l, err := ratelimit.New[string](store, limit, ratelimit.WithNamespace(ns), ratelimit.WithClock(clock.Now))
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // callCtx returns the context of a call from peer addr (nil: no peer) with
@@ -184,7 +184,7 @@ func TestMetadataIsTheValuesExactBytes(t *testing.T) {
 // Over a real connection: values that differ in a byte keep their own
 // buckets (grpc-go's client sends printable ASCII only, spaces included).
 func TestMetadataBucketsOverTheWire(t *testing.T) {
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	lim := newLimiter(t, stores(t)[0].new(t, clock), clock, "api", ratelimit.PerMinute(1))
 	client := serve(t, newInterceptor(t, lim, WithKey(Metadata("x-api-key"))))
 	for _, v := range []string{"bob", "bob ", " bob", "bob  ", "Bob"} {
@@ -199,7 +199,7 @@ func TestMetadataBucketsOverTheWire(t *testing.T) {
 // Three addresses of one IPv6 /64 share one bucket; another /64 has its
 // own.
 func TestIPv6PeersShareTheirSlash64(t *testing.T) {
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	lim := newLimiter(t, stores(t)[0].new(t, clock), clock, "api", ratelimit.PerMinute(1))
 	in := newInterceptor(t, lim)
 	for i, tt := range []struct {
@@ -222,7 +222,7 @@ func TestIPv6PeersShareTheirSlash64(t *testing.T) {
 }
 
 func TestSpoofedForwardedForThroughTheServer(t *testing.T) {
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	lim := newLimiter(t, stores(t)[0].new(t, clock), clock, "api", ratelimit.PerMinute(1))
 	ctx := context.Background()
 	t.Run("an untrusted client cannot choose its key", func(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
@@ -37,7 +36,7 @@ func send(t *testing.T, method, url string, hdr ...string) (*http.Response, stri
 }
 
 func TestLongKeysAreRefused(t *testing.T) {
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	st := &countingStore{st: memstore.New(memstore.WithClock(c.Now)), keys: map[string]bool{}}
 	lim, err := ratelimit.New[string](st, ratelimit.PerSecond(10), ratelimit.WithClock(c.Now))
 	if err != nil {
@@ -110,7 +109,7 @@ func TestChecksAreBounded(t *testing.T) {
 		{"WithTimeout sets the bound, and the error handler gets the deadline", []Option{WithTimeout(20 * time.Millisecond), onError}, 2 * time.Second, 504},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := storetest.NewClock(t0)
+			c := testkit.NewClock(t0)
 			url := testkit.Serve(t, newMiddleware(t, lim, c, tt.opts...))
 			start := time.Now()
 			res, body := send(t, "GET", url)
@@ -125,7 +124,7 @@ func TestChecksAreBounded(t *testing.T) {
 			deadline bool
 		}{{0, false}, {time.Hour, true}} {
 			lim := hanging{limits: lim.limits, deadlines: make(chan time.Time, 1)}
-			h := newMiddleware(t, lim, storetest.NewClock(t0), WithTimeout(tt.timeout))
+			h := newMiddleware(t, lim, testkit.NewClock(t0), WithTimeout(tt.timeout))
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel() // the check ends at once; only its deadline is looked at
 			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx))
@@ -137,7 +136,7 @@ func TestChecksAreBounded(t *testing.T) {
 }
 
 func TestSkip(t *testing.T) {
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	lim := newLimiter(t, c, ratelimit.PerMinute(1))
 	skip := func(r *http.Request) bool { return r.Method == http.MethodOptions || r.URL.Path == "/healthz" }
 	url := testkit.Serve(t, newMiddleware(t, lim, c, WithSkip(skip)))
@@ -161,7 +160,7 @@ func TestSeveralLimitsOneCheck(t *testing.T) {
 	// One middleware over ratelimit.NewMulti checks a route's limits
 	// together: a request denied by one limit spends no token of another,
 	// which two stacked middlewares cannot promise.
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	lim := newLimiter(t, c, ratelimit.PerSecond(2), ratelimit.PerMinute(5))
 	url := testkit.Serve(t, newMiddleware(t, lim, c))
 	allowed := 0

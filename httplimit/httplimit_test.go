@@ -14,7 +14,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -22,7 +22,7 @@ import (
 // real clock.
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func newLimiter(t *testing.T, c *storetest.Clock, limits ...ratelimit.Limit) *ratelimit.Limiter[string] {
+func newLimiter(t *testing.T, c *testkit.Clock, limits ...ratelimit.Limit) *ratelimit.Limiter[string] {
 	t.Helper()
 	lim, err := ratelimit.NewMulti[string](memstore.New(memstore.WithClock(c.Now)), limits,
 		ratelimit.WithNamespace("test"), ratelimit.WithClock(c.Now))
@@ -32,7 +32,7 @@ func newLimiter(t *testing.T, c *storetest.Clock, limits ...ratelimit.Limit) *ra
 	return lim
 }
 
-func newMiddleware(t *testing.T, lim Limiter, c *storetest.Clock, opts ...Option) http.Handler {
+func newMiddleware(t *testing.T, lim Limiter, c *testkit.Clock, opts ...Option) http.Handler {
 	t.Helper()
 	m, err := New(lim, append([]Option{WithClock(c.Now)}, opts...)...)
 	if err != nil {
@@ -67,7 +67,7 @@ type step struct {
 	headers map[string]string // "" means the header must be absent
 }
 
-func run(t *testing.T, h http.Handler, c *storetest.Clock, steps []step) {
+func run(t *testing.T, h http.Handler, c *testkit.Clock, steps []step) {
 	t.Helper()
 	for i, s := range steps {
 		c.Add(s.after)
@@ -157,7 +157,7 @@ func TestHeaders(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := storetest.NewClock(t0)
+			c := testkit.NewClock(t0)
 			h := newMiddleware(t, newLimiter(t, c, tt.limits...), c, tt.opts...)
 			run(t, h, c, tt.steps)
 		})
@@ -165,7 +165,7 @@ func TestHeaders(t *testing.T) {
 }
 
 func TestDeniedBody(t *testing.T) {
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	for _, json := range []bool{false, true} {
 		var opts []Option
 		if json {
@@ -194,7 +194,7 @@ func TestDeniedBody(t *testing.T) {
 }
 
 func TestCost(t *testing.T) {
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	cost := func(r *http.Request) (int64, error) {
 		switch r.Header.Get("X-Cost") {
 		case "":
@@ -238,7 +238,7 @@ func TestCost(t *testing.T) {
 }
 
 func TestKeysSeparateBuckets(t *testing.T) {
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	h := newMiddleware(t, newLimiter(t, c, ratelimit.PerMinute(1)), c)
 	if w := get(h, "192.0.2.1:1"); w.Code != 200 {
 		t.Fatalf("first client: %d", w.Code)
@@ -252,7 +252,7 @@ func TestKeysSeparateBuckets(t *testing.T) {
 }
 
 func TestMissingKey(t *testing.T) {
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	lim := newLimiter(t, c, ratelimit.PerMinute(1))
 	for _, tt := range []struct {
 		name string
@@ -347,7 +347,7 @@ func TestStoreErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := storetest.NewClock(t0)
+			c := testkit.NewClock(t0)
 			h := newMiddleware(t, tt.lim, c, tt.opts...)
 			for i, code := range tt.codes {
 				w := get(h, "192.0.2.1:1")
@@ -382,7 +382,7 @@ func TestOutageBehavioursOfTheFallbackStore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.outage.String(), func(t *testing.T) {
-			c := storetest.NewClock(t0)
+			c := testkit.NewClock(t0)
 			fb, err := fallback.New(down{}, fallback.WithOutage(tt.outage), fallback.WithClock(c.Now))
 			if err != nil {
 				t.Fatal(err)
@@ -403,7 +403,7 @@ func TestOutageBehavioursOfTheFallbackStore(t *testing.T) {
 }
 
 func TestCancelledClientIsNotAnOutage(t *testing.T) {
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	handled := false
 	h := newMiddleware(t, &failing{err: context.Canceled}, c,
 		WithErrorHandler(func(http.ResponseWriter, *http.Request, error) { handled = true }))
@@ -461,7 +461,7 @@ func TestSetHeadersEscapesTheName(t *testing.T) {
 }
 
 func TestJSONErrorIsValid(t *testing.T) {
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	h := newMiddleware(t, &failing{err: errors.New("down")}, c, WithJSON())
 	w := get(h, "192.0.2.1:1")
 	var v map[string]any

@@ -12,7 +12,6 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/clientkey"
 	"github.com/exactlimit/ratelimit/internal/redistest"
-	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/redisstore"
@@ -103,7 +102,7 @@ func TestClientIP(t *testing.T) {
 }
 
 func TestSpoofedForwardedForThroughTheMiddleware(t *testing.T) {
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	lim := newLimiter(t, c, ratelimit.PerMinute(1))
 	p := TrustedProxies{Prefixes: prefixes("10.0.0.0/8")}
 	h := newMiddleware(t, lim, c, WithKey(p.ClientIP))
@@ -178,7 +177,7 @@ func TestHeaderRouteJoin(t *testing.T) {
 }
 
 func TestIPv6ClientsShareTheirSlash64(t *testing.T) {
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	h := newMiddleware(t, newLimiter(t, c, ratelimit.PerMinute(1)), c)
 	if w := get(h, "[2001:db8:1:2::1]:1"); w.Code != 200 {
 		t.Fatalf("first address of the /64: %d", w.Code)
@@ -235,7 +234,7 @@ func TestHeaderValuesAreTheirExactBytes(t *testing.T) {
 // The store never holds a credential: the key the store is asked about,
 // and the key Redis holds, for X-API-Key k1 do not contain k1.
 func TestHeaderKeysAreNotStoredAsThemselves(t *testing.T) {
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	srv := redistest.StartServer(t)
 	client := redistest.Client(t, srv.Addr())
 	for _, tt := range []struct {
@@ -281,7 +280,7 @@ func TestHeaderKeysAreNotStoredAsThemselves(t *testing.T) {
 // a handler registered on it), around the mux, or around a handler in
 // front of the mux it is told of.
 func TestRouteInsideAndAroundTheMux(t *testing.T) {
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	build := map[string]func(m *Middleware, lim Limiter) http.Handler{
 		"inside the mux": func(m *Middleware, _ Limiter) http.Handler {
 			mux := http.NewServeMux()

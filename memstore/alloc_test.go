@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
@@ -42,7 +41,7 @@ func TestRemadeBucketsAllocateNothing(t *testing.T) {
 	// their namespace stay: their new buckets reuse the entries and map slots
 	// the old ones left.
 	const n = 5_000
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	s := memstore.New(memstore.WithClock(clock.Now))
 	ctx := context.Background()
 	l, _ := ratelimit.New[string](s, ratelimit.PerSecond(10))
@@ -95,7 +94,7 @@ func TestHeapPerSubject(t *testing.T) {
 	// included (each a string of its own, as a server parses it from a
 	// request), here at 11 bytes like "user:123456".
 	const n = 300_000
-	s := memstore.New(memstore.WithClock(func() time.Time { return storetest.Start }))
+	s := memstore.New(memstore.WithClock(func() time.Time { return testkit.Start }))
 	l, _ := ratelimit.New[string](s, ratelimit.PerSecond(1000))
 	ctx := context.Background()
 	before := testkit.LiveHeap()

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
@@ -110,7 +110,7 @@ func TestApplyAllIsAllOrNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			s := memstore.New(memstore.WithClock(storetest.NewClock(storetest.Start).Now))
+			s := memstore.New(memstore.WithClock(testkit.NewClock(testkit.Start).Now))
 			for key, n := range tc.spent {
 				limits := []ratelimit.Limit{ten}
 				if key == "plain" || key == "2:ns:m" {
@@ -160,14 +160,14 @@ func TestApplyAllRefusesBadBatchesWholly(t *testing.T) {
 		{"two items share a key", context.Background(),
 			[]ratelimit.BatchItem{item("2:ns:a", 1, ten), item("2:ns:b", 1, ten), item("2:ns:a", 1, ten)}, ratelimit.ErrInvalidArgument},
 		{"the items' times differ", context.Background(),
-			[]ratelimit.BatchItem{item("2:ns:a", 1, ten), {Key: "2:ns:b", Request: ratelimit.Request{Limits: []ratelimit.Limit{ten}, Cost: 1, Now: storetest.Start}}}, ratelimit.ErrInvalidArgument},
+			[]ratelimit.BatchItem{item("2:ns:a", 1, ten), {Key: "2:ns:b", Request: ratelimit.Request{Limits: []ratelimit.Limit{ten}, Cost: 1, Now: testkit.Start}}}, ratelimit.ErrInvalidArgument},
 		{"an item's time is before the epoch", context.Background(),
 			[]ratelimit.BatchItem{{Key: "2:ns:b", Request: ratelimit.Request{Limits: []ratelimit.Limit{ten}, Cost: 1, Now: time.Unix(-1, 0)}}}, ratelimit.ErrInvalidArgument},
 		{"the context is cancelled", cancelled,
 			[]ratelimit.BatchItem{item("2:ns:a", 1, ten)}, context.Canceled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := memstore.New(memstore.WithClock(storetest.NewClock(storetest.Start).Now))
+			s := memstore.New(memstore.WithClock(testkit.NewClock(testkit.Start).Now))
 			if err := s.ApplyAll(tc.ctx, tc.items); !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
@@ -186,7 +186,7 @@ func TestApplyAllRefusesBadBatchesWholly(t *testing.T) {
 // all-or-nothing step, on random batches over buckets kept by a model.
 func TestApplyAllEqualsStep(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	s := memstore.New(memstore.WithClock(clock.Now))
 	ctx := context.Background()
 	keys := randomKeys()
@@ -239,7 +239,7 @@ func TestApplyAllEqualsStep(t *testing.T) {
 func TestApplyAllAgainstApply(t *testing.T) {
 	const capacity = 300
 	limit := ratelimit.PerHour(capacity)
-	s := memstore.New(memstore.WithClock(storetest.NewClock(storetest.Start).Now))
+	s := memstore.New(memstore.WithClock(testkit.NewClock(testkit.Start).Now))
 	ctx := context.Background()
 	keys := []string{"2:ns:a", "2:ns:b"}
 	var mu sync.Mutex

@@ -33,7 +33,7 @@ var _ ratelimit.BatchStore = (*Store)(nil)
 // every item's bucket, each once and in a fixed order, and takes the costs
 // only when every item is allowed (a peek too, which takes nothing: it
 // needs a token). Otherwise it changes nothing, and each Decision is the one
-// Step would give with nothing taken: an item its bucket alone admits
+// State.Step would give with nothing taken: an item its bucket alone admits
 // reports the untouched balance. The items are decided at one time, as the
 // Redis script decides them, so their Request.Now must be equal (the zero
 // Time: the store's clock).

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
@@ -63,16 +63,16 @@ func TestApplyEqualsStep(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
-			clock := storetest.NewClock(storetest.Start)
+			clock := testkit.NewClock(testkit.Start)
 			storeClock := clock.Now
 			if tc.frozen {
-				storeClock = func() time.Time { return storetest.Start }
+				storeClock = func() time.Time { return testkit.Start }
 			}
 			s := memstore.New(memstore.WithClock(storeClock))
 			ctx := context.Background()
 			keys := randomKeys()
 			model := map[string]*tokenbucket.State{}
-			now := storetest.Start
+			now := testkit.Start
 			for i := range 40_000 {
 				// Mostly a few neighbouring keys at a time (subjects that
 				// differ by a byte, or by their length), so that their

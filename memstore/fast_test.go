@@ -11,7 +11,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
@@ -50,15 +50,15 @@ func TestFastDecisionsEqualStep(t *testing.T) {
 	for _, frozen := range []bool{true, false} {
 		t.Run(fmt.Sprintf("frozen=%v", frozen), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(3, 4))
-			clock := storetest.NewClock(storetest.Start)
+			clock := testkit.NewClock(testkit.Start)
 			storeClock := clock.Now
 			if frozen {
-				storeClock = func() time.Time { return storetest.Start }
+				storeClock = func() time.Time { return testkit.Start }
 			}
 			s := New(WithClock(storeClock))
 			ctx := context.Background()
 			model := map[string]*tokenbucket.State{}
-			now := storetest.Start
+			now := testkit.Start
 			fast := 0
 			const checks = 40_000
 			for i := range checks {
@@ -181,7 +181,7 @@ func TestFastDecisionsEqualStep(t *testing.T) {
 // of its shard come and go: however the checks interleave, exactly the
 // capacity is admitted.
 func TestHotSubjectAdmitsExactlyItsCapacity(t *testing.T) {
-	s := New(WithClock(func() time.Time { return storetest.Start }))
+	s := New(WithClock(func() time.Time { return testkit.Start }))
 	ctx := context.Background()
 	const capacity, goroutines, checks = 1000, 4, 20_000
 	r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.NewLimit(1, time.Hour, capacity)}, Cost: 1}
@@ -219,7 +219,7 @@ func TestHotSubjectAdmitsExactlyItsCapacity(t *testing.T) {
 // exceed the capacity plus the refill over the time the clock went.
 func TestHotSubjectNeverAdmitsMoreThanItsRate(t *testing.T) {
 	var ticks atomic.Int64
-	s := New(WithClock(func() time.Time { return storetest.Start.Add(time.Duration(ticks.Add(1)) * time.Microsecond) }))
+	s := New(WithClock(func() time.Time { return testkit.Start.Add(time.Duration(ticks.Add(1)) * time.Microsecond) }))
 	ctx := context.Background()
 	const goroutines, checks = 4, 20_000
 	limit := ratelimit.NewLimit(1, time.Millisecond, 5) // 1 a ms, 5 at once

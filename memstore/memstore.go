@@ -2,10 +2,10 @@
 // process: for a single instance, for tests, and as the local bucket of
 // package fallback.
 //
-// It decides with ratelimit's Step, the same exact arithmetic as the Redis
-// script, so a Limiter gives the same Decisions on either store (a check of
-// one limit runs Step's arithmetic on scalars, held equal to Step by a
-// differential test).
+// It decides with tokenbucket's State.Step, the same exact arithmetic as the
+// Redis script, so a Limiter gives the same Decisions on either store (a
+// check of one limit runs State.Step's arithmetic on scalars, held equal to
+// State.Step by a differential test).
 //
 // Buckets are spread over shards by key, each shard behind its own mutex.
 // The bucket of a hot subject (one of up to 15 bytes checked twice in a row
@@ -294,7 +294,7 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 	valid := p != nil && (r.Peek || cost >= 1 && cost <= p.minCap)
 	if r.Costs != nil && p != nil && !r.Peek {
 		// A cost per limit: the first for one limit (several are decided
-		// by Step).
+		// by State.Step).
 		cost, valid = r.Costs[0], r.Validate() == nil
 	}
 	if !valid {
@@ -318,7 +318,7 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 		e = sp.find(subject)
 	}
 	if len(r.Limits) == 1 && (e == nil || sh.pols[e.pol].p.one && sh.pols[e.pol].p.low == p.low) {
-		// One limit on a bucket of its own rate: Step on scalars.
+		// One limit on a bucket of its own rate: State.Step on scalars.
 		var b scalar
 		if e != nil {
 			b = scalar{found: true, last: e.last, level: e.level}

@@ -8,16 +8,18 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
+	"github.com/exactlimit/ratelimit/storetest"
 )
 
 func TestSuite(t *testing.T) {
-	storetest.Run(t, memstore.New())
+	store := memstore.New()
+	storetest.Run(t, func(*testing.T) ratelimit.Store { return store })
 }
 
 func TestStoreClockDecidesRequestsWithoutATime(t *testing.T) {
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	s := memstore.New(memstore.WithClock(clock.Now))
 	l, _ := ratelimit.New[string](s, ratelimit.PerSecond(1))
 	ctx := context.Background()
@@ -34,7 +36,7 @@ func TestStoreClockDecidesRequestsWithoutATime(t *testing.T) {
 }
 
 func TestFullBucketsAreReclaimed(t *testing.T) {
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	s := memstore.New(memstore.WithClock(clock.Now))
 	l, _ := ratelimit.New[string](s, ratelimit.PerSecond(10))
 	ctx := context.Background()
@@ -64,7 +66,7 @@ func TestFullBucketsAreReclaimed(t *testing.T) {
 }
 
 func TestBucketsAreNotReclaimedBeforeTheyRefill(t *testing.T) {
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	s := memstore.New(memstore.WithClock(clock.Now))
 	l, _ := ratelimit.New[string](s, ratelimit.PerSecond(10))
 	ctx := context.Background()
@@ -88,7 +90,7 @@ func TestCancelledContext(t *testing.T) {
 func TestKeysOfAnyShape(t *testing.T) {
 	// Apply and ApplySplit reach the same bucket for a Limiter's keys, and
 	// keys that are not length-framed work too.
-	s := memstore.New(memstore.WithClock(storetest.NewClock(storetest.Start).Now))
+	s := memstore.New(memstore.WithClock(testkit.NewClock(testkit.Start).Now))
 	ctx := context.Background()
 	r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerHour(3)}, Cost: 1}
 	for _, k := range []struct{ prefix, subject string }{
@@ -120,7 +122,7 @@ func TestKeysOfAnyShape(t *testing.T) {
 // its ttl, on the store's clock, is kept as taken.
 func TestAReservationExpiresOnTheStoresClock(t *testing.T) {
 	ctx := context.Background()
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	s := memstore.New(memstore.WithClock(clock.Now))
 	l, err := ratelimit.New[string](s, ratelimit.PerMinute(100), ratelimit.WithClock(clock.Now))
 	if err != nil {

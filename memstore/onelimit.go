@@ -9,9 +9,9 @@ import (
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
-// lowest is a limit in lowest terms, the form Step counts in: a bucket of c
-// tokens refilled r tokens every p µs, r and p with no common divisor, its
-// level in units of 1/p of a token (see Limit.Lowest).
+// lowest is a limit in lowest terms, the form State.Step counts in: a bucket
+// of c tokens refilled r tokens every p µs, r and p with no common divisor,
+// its level in units of 1/p of a token (see tokenbucket.Lowest).
 type lowest struct{ c, r, p int64 }
 
 func lowestOf(l ratelimit.Limit) lowest {
@@ -25,13 +25,14 @@ type scalar struct {
 	last, level int64
 }
 
-// stepOne is ratelimit's Step for the common case, on scalars: a request of
-// the one limit l, k in lowest terms, on the bucket b, missing or written by a
-// limit of the same rate and capacity (the same k). It sets *d to Step's
-// Decision, b to the state Step leaves, and returns Step's ttl and write, the
-// same for every such input (TestStepOneEqualsStep holds them equal), without
-// the slices Step works on and with k worked out once per policy rather than
-// on every check. Step's rules, for one limit and its own band:
+// stepOne is tokenbucket's State.Step for the common case, on scalars: a
+// request of the one limit l, k in lowest terms, on the bucket b, missing or
+// written by a limit of the same rate and capacity (the same k). It sets *d
+// to State.Step's Decision, b to the state State.Step leaves, and returns
+// State.Step's ttl and write, the same for every such input
+// (TestStepOneEqualsStep holds them equal), without the slices State.Step
+// works on and with k worked out once per policy rather than on every
+// check. State.Step's rules, for one limit and its own band:
 //
 //   - a clock behind last decides at last and adds the difference (back) to
 //     RetryAfter and, when not zero, ResetAfter;
@@ -107,7 +108,7 @@ func ceilDiv(a, b int64) int64 {
 }
 
 // microsDuration converts µs to a Duration, saturating at the largest one,
-// as Step does.
+// as State.Step does.
 func microsDuration(us int64) time.Duration {
 	if us > math.MaxInt64/int64(time.Microsecond) {
 		return math.MaxInt64

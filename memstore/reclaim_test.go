@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
@@ -44,7 +43,7 @@ func (s *Store) held() (spaces, refs, policies int) {
 
 func TestExpiredNamespacesAndPoliciesGiveTheirMemoryBack(t *testing.T) {
 	const namespaces, policies = 100_000, 10_000
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	s := New(WithClock(clock.Now))
 	before := testkit.LiveHeap()
 	fill(t, s, namespaces, policies)
@@ -73,7 +72,7 @@ func TestChecksSweepExpiredNamespacesOut(t *testing.T) {
 	// Without Sweep, checks on one subject reclaim every other namespace:
 	// no sweep walks empty namespaces, so the work per check stays bounded.
 	const namespaces = 20_000
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	s := New(WithClock(clock.Now))
 	fill(t, s, namespaces, 100)
 	clock.Add(2 * time.Second)
@@ -93,7 +92,7 @@ func TestChecksSweepExpiredNamespacesOut(t *testing.T) {
 func TestAPolicyInUseElsewhereIsKept(t *testing.T) {
 	// The last bucket of a policy in one shard goes; the policy stays for the
 	// buckets of other shards, and is found again by value.
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	s := New(WithClock(clock.Now))
 	ctx := context.Background()
 	limit := ratelimit.PerHour(5)
@@ -119,7 +118,7 @@ func TestAPolicyInUseElsewhereIsKept(t *testing.T) {
 func TestPoliciesNoBucketWasWrittenWithAreNotKept(t *testing.T) {
 	// Peeks at missing buckets write nothing: their policies are dropped as
 	// the index grows, and all of them by Sweep.
-	s := New(WithClock(storetest.NewClock(storetest.Start).Now))
+	s := New(WithClock(testkit.NewClock(testkit.Start).Now))
 	ctx := context.Background()
 	for i := range 10_000 {
 		r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(int64(1 + i))}, Peek: true}

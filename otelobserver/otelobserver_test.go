@@ -12,7 +12,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/otelobserver"
 	"github.com/exactlimit/ratelimit/tokenbucket"
@@ -100,7 +100,7 @@ func TestObserver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	l, _ := ratelimit.New[string](memstore.New(), ratelimit.PerMinute(2), ratelimit.WithNamespace("api"),
 		ratelimit.WithClock(clock.Now), ratelimit.WithObserver(obs), ratelimit.WithDenyCache(8))
 	type key struct{}
@@ -114,8 +114,8 @@ func TestObserver(t *testing.T) {
 	obs.ObserveError(ctx, ratelimit.ErrorEvent{Namespace: "api", Op: "acquire", Err: errors.New("refused")})
 	obs.ObserveError(ctx, ratelimit.ErrorEvent{Namespace: "api", Op: "acquire", Err: tokenbucket.ErrCorruptState})
 	obs.ObserveError(ctx, ratelimit.ErrorEvent{Namespace: "api", Op: "acquire", Err: context.Canceled})
-	obs.ObserveFallback(ctx, fallback.Event{Partition: "m1", At: storetest.Start})
-	obs.ObserveFallback(ctx, fallback.Event{Partition: "m1", Alive: true, At: storetest.Start.Add(time.Second)})
+	obs.ObserveFallback(ctx, fallback.Event{Partition: "m1", At: testkit.Start})
+	obs.ObserveFallback(ctx, fallback.Event{Partition: "m1", Alive: true, At: testkit.Start.Add(time.Second)})
 	obs.ObserveDecision(ctx, ratelimit.DecisionEvent{Namespace: "api", Cost: 1, Decision: ratelimit.Decision{Source: 42}})
 	want := `ratelimit.decision.duration{namespace=api,source=cache} 1
 ratelimit.decision.duration{namespace=api,source=store} 3

@@ -28,8 +28,8 @@
 //	ratelimit_primary_transitions_total{partition, state}
 //	    changes of that state; state is "up" or "down"
 //
-// The last two are fed by a fallback store given the Observer as its
-// ratelimit.FallbackObserver. NewDenyCacheCollector exports a limiter's
+// The last two are fed by a fallback store given the Observer with
+// fallback.WithObserver. NewDenyCacheCollector exports a limiter's
 // denial cache (size, capacity, hits, misses, evictions).
 //
 // An Observer is safe for simultaneous use by multiple goroutines. Recording

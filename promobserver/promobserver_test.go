@@ -10,7 +10,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/promobserver"
 	"github.com/exactlimit/ratelimit/tokenbucket"
@@ -20,7 +20,7 @@ import (
 
 func limiter(t testing.TB, obs ratelimit.Observer, ns string, opts ...ratelimit.Option) *ratelimit.Limiter[string] {
 	t.Helper()
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	opts = append([]ratelimit.Option{ratelimit.WithNamespace(ns), ratelimit.WithClock(clock.Now), ratelimit.WithObserver(obs)}, opts...)
 	l, err := ratelimit.New[string](memstore.New(), ratelimit.PerMinute(2), opts...)
 	if err != nil {
@@ -174,7 +174,7 @@ ratelimit_errors_total{namespace="api",op="reset",reason="store"} 1
 
 func TestFallbackState(t *testing.T) {
 	obs := promobserver.New()
-	at := storetest.Start
+	at := testkit.Start
 	obs.ObserveFallback(context.Background(), fallback.Event{Partition: "10.0.0.1:6379", Outage: fallback.LocalFallback, Cause: errors.New("refused"), At: at})
 	obs.ObserveFallback(context.Background(), fallback.Event{Partition: "10.0.0.1:6379", Alive: true, Outage: fallback.LocalFallback, At: at.Add(time.Second)})
 	obs.ObserveFallback(context.Background(), fallback.Event{Partition: "10.0.0.2:6379", Outage: fallback.LocalFallback, At: at})
@@ -255,7 +255,7 @@ func TestPolicyConversionsAreCounted(t *testing.T) {
 	obs := promobserver.New()
 	ctx := context.Background()
 	store := memstore.New()
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	mk := func(l ratelimit.Limit) *ratelimit.Limiter[string] {
 		lim, err := ratelimit.New[string](store, l, ratelimit.WithNamespace("shared"), ratelimit.WithClock(clock.Now), ratelimit.WithObserver(obs))
 		if err != nil {

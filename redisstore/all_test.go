@@ -11,7 +11,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/redistest"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/redisstore"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
@@ -27,7 +27,7 @@ func TestApplyAll(t *testing.T) {
 	for name, store := range stores {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			now := storetest.Start
+			now := testkit.Start
 			perIP, perRoute := []ratelimit.Limit{ratelimit.PerSecond(3)}, []ratelimit.Limit{ratelimit.PerMinute(5), ratelimit.PerDay(100)}
 			keys := []string{"2:ip:1.2.3.4", "5:route:/api", "2:ip:{tag}a", "2:ip:{tag}b"}
 			item := func(key string, limits []ratelimit.Limit, cost int64) ratelimit.BatchItem {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/redistest"
-	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/redisstore"
 	"github.com/exactlimit/ratelimit/tokenbucket"
@@ -24,7 +23,7 @@ func TestApplyBatch(t *testing.T) {
 	ctx := context.Background()
 	client, hook := hookedClient(t, srv)
 	store := redisstore.New(client)
-	l, _ := ratelimit.New[string](store, ratelimit.PerMinute(2), ratelimit.WithClock(func() time.Time { return storetest.Start }))
+	l, _ := ratelimit.New[string](store, ratelimit.PerMinute(2), ratelimit.WithClock(func() time.Time { return testkit.Start }))
 	item := func(subject string, cost int64) ratelimit.BatchItem {
 		key, r, _ := l.Request(subject, 1)
 		r.Cost = cost
@@ -76,7 +75,7 @@ func TestCoalescingSendsConcurrentChecksTogether(t *testing.T) {
 	srv, _ := standalone(t)
 	ctx := context.Background()
 	client, hook := hookedClient(t, srv)
-	l, _ := ratelimit.NewEncoded(redisstore.New(client), strconv.Itoa, []ratelimit.Limit{ratelimit.PerHour(300)}, ratelimit.WithClock(func() time.Time { return storetest.Start }))
+	l, _ := ratelimit.NewEncoded(redisstore.New(client), strconv.Itoa, []ratelimit.Limit{ratelimit.PerHour(300)}, ratelimit.WithClock(func() time.Time { return testkit.Start }))
 	const workers, each = 32, 40
 	admitted := testkit.Concurrently(t, workers, each, func(w, i int) (bool, error) {
 		d, err := l.TryAcquire(ctx, (w*each+i)%3) // three hot subjects
@@ -146,7 +145,7 @@ func TestBatchOnClusterWithAMasterDown(t *testing.T) {
 	client := redistest.NewClusterClient(cluster.Addrs()...)
 	defer client.Close()
 	store := redisstore.New(client)
-	l, _ := ratelimit.New[string](store, ratelimit.PerMinute(5), ratelimit.WithClock(func() time.Time { return storetest.Start }))
+	l, _ := ratelimit.New[string](store, ratelimit.PerMinute(5), ratelimit.WithClock(func() time.Time { return testkit.Start }))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var items []ratelimit.BatchItem
@@ -236,7 +235,7 @@ func TestBatchedChecksAreDecidedAsSingleCalls(t *testing.T) {
 	policies := batchPolicies
 	seedCorrupt(ctx, batchClient, singleClient)
 	rng := rand.New(rand.NewPCG(3, 5))
-	now := storetest.Start
+	now := testkit.Start
 	total := 0
 	for round := range 60 {
 		if rng.IntN(4) == 0 {
@@ -287,7 +286,7 @@ func TestABatchSharesScriptCallsByTimeAndSlot(t *testing.T) {
 	r := func(now time.Time) ratelimit.Request {
 		return ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(10)}, Cost: 1, Now: now}
 	}
-	t0, t1 := storetest.Start, storetest.Start.Add(time.Second)
+	t0, t1 := testkit.Start, testkit.Start.Add(time.Second)
 	items := []ratelimit.BatchItem{{Key: "a", Request: r(t0)}, {Key: "b", Request: r(t1)}, {Key: "c", Request: r(t0)}, {Key: "d", Request: r(time.Time{})}}
 	preload(t, client)
 	client.ConfigResetStat(ctx)
@@ -358,7 +357,7 @@ func TestABatchLoadsTheLibraryOncePerServer(t *testing.T) {
 	store := redisstore.New(client)
 	var items []ratelimit.BatchItem
 	for i := range 5 { // five times: five script calls in one pipeline
-		items = append(items, ratelimit.BatchItem{Key: fmt.Sprint("k", i), Request: r(storetest.Start.Add(time.Duration(i) * time.Second))})
+		items = append(items, ratelimit.BatchItem{Key: fmt.Sprint("k", i), Request: r(testkit.Start.Add(time.Duration(i) * time.Second))})
 	}
 	client.FunctionFlush(ctx)
 	client.ConfigResetStat(ctx)

@@ -13,7 +13,7 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/redistest"
 	"github.com/exactlimit/ratelimit/internal/script"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/redisstore"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 	"github.com/redis/go-redis/v9"
@@ -47,7 +47,7 @@ func TestGroupsInOneCallAreDecidedAsApplyAllOneByOne(t *testing.T) {
 	seedCorrupt(ctx, batchClient, singleClient)
 	preload(t, batchClient) // no call sent twice (not found, then loaded)
 	rng := rand.New(rand.NewPCG(7, 11))
-	now := storetest.Start
+	now := testkit.Start
 	totalGroups := 0
 	for round := range 80 {
 		if rng.IntN(4) == 0 {
@@ -276,7 +276,7 @@ func TestTheScriptsGroupMode(t *testing.T) {
 	ctx := context.Background()
 	policy := rawArgs("", 1, [3]int64{2, 1, 1_000_000_000})[3] // 2 a 1000 s
 	eval := func(mode string, keys ...string) ([]any, error) {
-		args := []any{storetest.Start.UnixMicro(), mode}
+		args := []any{testkit.Start.UnixMicro(), mode}
 		for range keys {
 			args = append(args, 1, policy)
 		}

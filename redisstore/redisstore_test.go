@@ -19,9 +19,10 @@ import (
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
 	"github.com/exactlimit/ratelimit/internal/redistest"
 	"github.com/exactlimit/ratelimit/internal/script"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/redisstore"
+	"github.com/exactlimit/ratelimit/storetest"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 	"github.com/redis/go-redis/v9"
 )
@@ -34,14 +35,16 @@ func standalone(t testing.TB) (*redistest.Server, redis.UniversalClient) {
 
 func TestSuiteStandalone(t *testing.T) {
 	_, client := standalone(t)
-	storetest.Run(t, redisstore.New(client))
+	store := redisstore.New(client)
+	storetest.Run(t, func(*testing.T) ratelimit.Store { return store })
 }
 
 // TestSuiteWithoutFunctions runs the suite on a server without functions,
 // where the Store runs the same script by EVALSHA.
 func TestSuiteWithoutFunctions(t *testing.T) {
 	_, client := withoutFunctions(t)
-	storetest.Run(t, redisstore.New(client))
+	store := redisstore.New(client)
+	storetest.Run(t, func(*testing.T) ratelimit.Store { return store })
 }
 
 func TestSuiteCluster(t *testing.T) {
@@ -49,7 +52,7 @@ func TestSuiteCluster(t *testing.T) {
 	client := redistest.NewClusterClient(cluster.Addrs()...)
 	t.Cleanup(func() { client.Close() })
 	store := redisstore.New(client)
-	storetest.Run(t, store)
+	storetest.Run(t, func(*testing.T) ratelimit.Store { return store })
 
 	t.Run("subjects spread over every master, one key each", func(t *testing.T) {
 		ctx := context.Background()
@@ -230,7 +233,7 @@ func decodeUint7(s string) (int64, bool) {
 func TestStoredFormat(t *testing.T) {
 	_, client := standalone(t)
 	ctx := context.Background()
-	now := storetest.Start
+	now := testkit.Start
 	limit := ratelimit.PerSecond(1000)
 	l, _ := ratelimit.New[string](redisstore.New(client), limit, ratelimit.WithClock(func() time.Time { return now }))
 	l.TryAcquireN(ctx, "s", 3)
@@ -506,7 +509,7 @@ func TestQueueOnAPipeline(t *testing.T) {
 	_, client := standalone(t)
 	ctx := context.Background()
 	client.FunctionFlush(ctx)
-	now := storetest.Start
+	now := testkit.Start
 	l, _ := ratelimit.New[string](redisstore.New(client), ratelimit.PerSecond(2), ratelimit.WithClock(func() time.Time { return now }))
 	key, r, err := l.Request("s", 2)
 	if err != nil {
@@ -604,7 +607,7 @@ func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 	// memstore's own clock stands still, so it never expires a bucket on its
 	// own; the test removes Redis's expiry after checking it, for the same
 	// reason: expiry runs on real time, the decisions on the test's clock.
-	ms := memstore.New(memstore.WithClock(func() time.Time { return storetest.Start }))
+	ms := memstore.New(memstore.WithClock(func() time.Time { return testkit.Start }))
 	policies := [][]ratelimit.Limit{
 		{ratelimit.PerSecond(10)},
 		{ratelimit.PerSecond(7)},
@@ -631,7 +634,7 @@ func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 		key := fmt.Sprintf("diff-%d", seq)
 		var pure tokenbucket.State
 		holds := map[string][]tokenbucket.Hold{} // the open reservations, by id
-		now := storetest.Start.UnixMicro()
+		now := testkit.Start.UnixMicro()
 		policy := policies[rng.IntN(len(policies))]
 		// One sequence in three is about reservations: the clock mostly
 		// stands still, so that an overrun's debt is still there when
@@ -877,7 +880,7 @@ func TestSuiteSentinel(t *testing.T) {
 	}
 	store := redisstore.New(client)
 	defer store.Close()
-	storetest.Run(t, store)
+	storetest.Run(t, func(*testing.T) ratelimit.Store { return store })
 	if err := store.Ping(context.Background()); err != nil {
 		t.Fatalf("Ping through Sentinel: %v", err)
 	}
@@ -890,7 +893,7 @@ func TestManyPoliciesOnOneServer(t *testing.T) {
 	_, client := standalone(t)
 	ctx := context.Background()
 	store := redisstore.New(client)
-	now := storetest.Start
+	now := testkit.Start
 	for round := range 2 {
 		for i := range 150 {
 			limit := ratelimit.NewLimit(int64(10+i), time.Hour, int64(10+i)) // (no key expires meanwhile)

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -51,7 +51,7 @@ func serveWith(t *testing.T, o Options) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	clock := testkit.NewClock(time.Unix(1_700_000_000, 0))
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(0)
 	}

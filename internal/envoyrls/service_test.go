@@ -20,7 +20,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/tokenbucket"
@@ -93,7 +92,7 @@ descriptors:
 type fixture struct {
 	svc     *Service
 	client  rlsv3.RateLimitServiceClient
-	clock   *storetest.Clock
+	clock   *testkit.Clock
 	metrics *Metrics
 	addr    string
 }
@@ -106,7 +105,7 @@ func serve(t *testing.T, store ratelimit.Store, config string, headers Headers) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := storetest.NewClock(time.Unix(1_700_000_000, 0))
+	clock := testkit.NewClock(time.Unix(1_700_000_000, 0))
 	m := NewMetrics(0)
 	svc, err := New(Options{Store: store, Config: cfg, Clock: clock.Now, Headers: headers, Metrics: m})
 	if err != nil {

@@ -20,16 +20,15 @@ import (
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
-	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func newService(t *testing.T, o Options) (*Service, *storetest.Clock, *testkit.Buffer) {
+func newService(t *testing.T, o Options) (*Service, *testkit.Clock, *testkit.Buffer) {
 	t.Helper()
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	logs := &testkit.Buffer{}
 	if o.Store == nil {
 		o.Store = memstore.New(memstore.WithClock(c.Now))

@@ -13,7 +13,6 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
-	"github.com/exactlimit/ratelimit/internal/storetest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
@@ -32,9 +31,9 @@ func decide(st *Stats, ns, subject string, n int, allowed bool, latency time.Dur
 
 // newStatsService is newService with Stats of options so on the Service's
 // test clock.
-func newStatsService(t *testing.T, o Options, so StatsOptions) (*Service, *storetest.Clock) {
+func newStatsService(t *testing.T, o Options, so StatsOptions) (*Service, *testkit.Clock) {
 	t.Helper()
-	c := storetest.NewClock(t0)
+	c := testkit.NewClock(t0)
 	so.Clock = c.Now
 	o.Stats = NewStats(so)
 	o.Clock = c.Now

@@ -1,9 +1,10 @@
 // Package testkit holds small helpers shared by the module's tests and
-// benchmarks: a goroutine-safe log sink, a loopback HTTP server and
-// listener, files, concurrent and strided load, and the live heap. It
-// imports nothing of the module, so that any package's tests may use it;
-// the behaviour suite every store must pass is internal/storetest, and
-// real Redis servers come from internal/redistest.
+// benchmarks: a settable clock and a sleep that does not sleep, a
+// goroutine-safe log sink, a loopback HTTP server and listener, files,
+// concurrent and strided load, and the live heap. It imports nothing of
+// the module, so that any package's tests may use it; the behaviour suite
+// every store must pass is package storetest, and real Redis servers come
+// from internal/redistest.
 package testkit
 
 import (

@@ -1,13 +1,9 @@
-// Package storetest is the behaviour suite every ratelimit.Store must pass:
-// memstore, redisstore on a standalone server and on a cluster, and the
-// wrappers around them. Run it from a store's tests with Run.
 package storetest
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,92 +13,44 @@ import (
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
-// Clock is a settable clock for WithClock.
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// NewClock returns a clock that reads t until moved.
-func NewClock(t time.Time) *Clock { return &Clock{now: t} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Add moves the clock by d, backwards when d is negative.
-func (c *Clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-// Sleeper is a sleep function for ratelimit.WithSleep and the like that
-// does not sleep: Sleep records each duration and, when Clock is set,
-// advances Clock by it. Before, when set, runs first and may end the sleep
-// with its error. Set the fields before the first Sleep; Sleep and Slept
-// are safe for simultaneous use.
-type Sleeper struct {
-	Clock  *Clock
-	Before func(ctx context.Context) error
-
-	mu    sync.Mutex
-	slept []time.Duration
-}
-
-// Sleep records d and advances Clock by it, after Before.
-func (s *Sleeper) Sleep(ctx context.Context, d time.Duration) error {
-	if s.Before != nil {
-		if err := s.Before(ctx); err != nil {
-			return err
-		}
-	}
-	s.mu.Lock()
-	s.slept = append(s.slept, d)
-	s.mu.Unlock()
-	if s.Clock != nil {
-		s.Clock.Add(d)
-	}
-	return nil
-}
-
-// Slept returns the durations of the sleeps so far, in order.
-func (s *Sleeper) Slept() []time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]time.Duration(nil), s.slept...)
-}
-
-// Start is the time the suite's clocks start at.
-var Start = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-
-// Run runs the behaviour suite against store. Each subtest uses its own
-// namespace, so the store may be shared with other tests.
-func Run(t *testing.T, store ratelimit.Store) {
-	runCases(t, store, cases)
-	if _, ok := store.(tokenbucket.Reserver); ok {
-		runCases(t, store, reserveCases)
-	}
-	bs, ok := store.(ratelimit.BatchStore)
-	if !ok {
-		return
-	}
+// Run runs the behaviour suite, one subtest per case, each over a store
+// from newStore: the cases of every Store, then those of a
+// tokenbucket.Reserver and of a ratelimit.BatchStore, which are skipped
+// when the store lacks the capability. Run calls newStore once per case,
+// from the case's subtest, which newStore may use for t.Cleanup or
+// t.Fatal. newStore may return a new store each time or the same one (a
+// store over a server started once, say): each case checks keys of a
+// namespace of its own, so the store may also be shared with other tests.
+func Run(t *testing.T, newStore func(t *testing.T) ratelimit.Store) {
+	runCases(t, newStore, cases, "", nil)
+	runCases(t, newStore, reserveCases, "tokenbucket.Reserver", func(s ratelimit.Store) bool {
+		_, ok := s.(tokenbucket.Reserver)
+		return ok
+	})
 	for _, tc := range batchCases {
 		t.Run(tc.name, func(t *testing.T) {
+			store := newStore(t)
+			bs, ok := store.(ratelimit.BatchStore)
+			if !ok {
+				t.Skipf("%T is not a ratelimit.BatchStore", store)
+			}
 			ns := fmt.Sprintf("suite-%s-%d", t.Name(), time.Now().UnixNano())
-			tc.run(t, &batchEnv{ctx: context.Background(), store: bs, now: Start, ns: ns})
+			tc.run(t, &batchEnv{ctx: context.Background(), store: bs, now: testkit.Start, ns: ns})
 		})
 	}
 }
 
-// runCases runs each case with a clock and a namespace of its own.
-func runCases(t *testing.T, store ratelimit.Store, cases []envCase) {
+// runCases runs each case with a store, a clock and a namespace of its
+// own. When has is not nil, a case whose store it is false for, a store
+// that is not a need, is skipped.
+func runCases(t *testing.T, newStore func(*testing.T) ratelimit.Store, cases []envCase, need string, has func(ratelimit.Store) bool) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := NewClock(Start)
+			store := newStore(t)
+			if has != nil && !has(store) {
+				t.Skipf("%T is not a %s", store, need)
+			}
+			clock := testkit.NewClock(testkit.Start)
 			ns := fmt.Sprintf("suite-%s-%d", t.Name(), time.Now().UnixNano())
 			newLimiter := func(limits ...ratelimit.Limit) *ratelimit.Limiter[string] {
 				t.Helper()
@@ -125,7 +73,7 @@ type envCase struct {
 
 type env struct {
 	ctx        context.Context
-	clock      *Clock
+	clock      *testkit.Clock
 	newLimiter func(...ratelimit.Limit) *ratelimit.Limiter[string]
 }
 
