@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/storetest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -17,7 +17,7 @@ import (
 // makes room, and so do reservations whose ttl ended.
 func TestOpenReservationsAreBounded(t *testing.T) {
 	ctx := context.Background()
-	clock := storetest.NewClock(storetest.Start)
+	clock := testkit.NewClock(testkit.Start)
 	s := memstore.New(memstore.WithClock(clock.Now), memstore.WithMaxReservations(3))
 	l, err := ratelimit.New[string](s, ratelimit.PerMinute(100), ratelimit.WithClock(clock.Now))
 	if err != nil {
