@@ -12,17 +12,15 @@ import (
 )
 
 // reservations holds the records of a Store's reservations that are not
-// settled yet, by bucket key and id, each until it expires on the store's
-// clock.
+// settled yet, by id, each until it expires on the store's clock.
 type reservations struct {
 	mu      sync.Mutex
-	m       map[reservationKey]reservation
+	m       map[string]reservation
 	sweepAt int // the size at which to drop the expired records next
 }
 
-type reservationKey struct{ key, id string }
-
 type reservation struct {
+	key     string // the bucket's
 	holds   []tokenbucket.Hold
 	expires int64 // µs on the store's clock
 }
@@ -45,7 +43,7 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 	defer rs.mu.Unlock()
 	clock := s.now()
 	if rs.m == nil {
-		rs.m = make(map[reservationKey]reservation)
+		rs.m = make(map[string]reservation)
 	}
 	if len(rs.m) >= rs.sweepAt {
 		for k, v := range rs.m {
@@ -55,7 +53,7 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 		}
 		rs.sweepAt = max(64, 2*len(rs.m))
 	}
-	rs.m[reservationKey{key, id}] = reservation{holds: tokenbucket.Held(r), expires: clock + ttl.Microseconds()}
+	rs.m[id] = reservation{key: key, holds: tokenbucket.Held(r), expires: clock + ttl.Microseconds()}
 	return d, nil
 }
 
@@ -63,7 +61,10 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 // each of r's limits really used, as tokenbucket's Settle does. The record is
 // taken out first, so of two settles of one reservation one finds it; without
 // a record (settled already, or expired) nothing changes, and the error wraps
-// ratelimit.ErrNotReserved beside the bucket's standing.
+// ratelimit.ErrNotReserved beside the bucket's standing. When key is a
+// namespace's prefix alone, or empty (a settle by token: see
+// tokenbucket.Reserver), the bucket is the one the record names, when it is
+// in the namespace; without such a record the Decision is zero.
 func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error) {
 	if err := tokenbucket.ValidateSettle(id, r, actual); err != nil {
 		return ratelimit.Decision{}, err
@@ -71,13 +72,21 @@ func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request,
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}
+	byRecord := keyfmt.IsPrefix(key)
 	rs := &s.reserved
 	rs.mu.Lock()
-	k := reservationKey{key, id}
-	rec, found := rs.m[k]
-	delete(rs.m, k)
+	rec, found := rs.m[id]
+	if found && (rec.key == key || byRecord && len(rec.key) > len(key) && rec.key[:len(key)] == key) {
+		delete(rs.m, id)
+		key = rec.key
+	} else {
+		found = false // another bucket's, or another namespace's: not found here
+	}
 	rs.mu.Unlock()
 	clock := s.now()
+	if (!found || rec.expires <= clock) && byRecord {
+		return ratelimit.Decision{}, fmt.Errorf("%w: memstore settle in %s", ratelimit.ErrNotReserved, keyfmt.Label(key))
+	}
 	if !found || rec.expires <= clock {
 		d, err := s.Apply(ctx, key, ratelimit.Request{Limits: r.Limits, Peek: true, Now: r.Now})
 		if err != nil {
