@@ -165,7 +165,10 @@ func IDSlot(id string) (slot uint16, ok bool) {
 		return 0, false
 	}
 	slot = binary.BigEndian.Uint16(b[16:]) // (18 bytes are 24 characters: none has bits left over)
-	return slot, slot < NumSlots
+	if slot >= NumSlots {
+		return 0, false
+	}
+	return slot, true
 }
 
 // IsPrefix reports whether key is a namespace's prefix alone (see Prefix),
