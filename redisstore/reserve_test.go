@@ -14,6 +14,7 @@ import (
 	"github.com/exactlimit/ratelimit/internal/redistest"
 	"github.com/exactlimit/ratelimit/redisstore"
 	"github.com/exactlimit/ratelimit/tokenbucket"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestTwoClientsSettleOneReservationOnce: limiters on two clients of one
@@ -90,49 +91,77 @@ func TestAReservationRecordLivesForItsTTL(t *testing.T) {
 // client of its own (another process, as far as Redis can tell) settles by
 // token the reservations of subjects on every master. The settle's one key
 // is the record, in the bucket's slot, found from the token alone; the
-// script settles the bucket the record names and deletes the record.
+// script settles the bucket the record names and deletes the record. So as a
+// function (FCALL), and as a script (EVALSHA) where an ACL denies FUNCTION.
 func TestSettleByTokenOnCluster(t *testing.T) {
-	cluster := redistest.StartCluster(t, 3, 0)
-	a := redistest.NewClusterClient(cluster.Addrs()...)
-	b := redistest.NewClusterClient(cluster.Addrs()...)
-	t.Cleanup(func() { a.Close(); b.Close() })
-	ctx := context.Background()
-	limit := ratelimit.PerHour(1000)
-	here, _ := ratelimit.New[string](redisstore.New(a), limit, ratelimit.WithNamespace("cluster"))
-	there, _ := ratelimit.New[string](redisstore.New(b), limit, ratelimit.WithNamespace("cluster"))
-	masters := map[string]bool{}
-	for i := range 30 {
-		subject := fmt.Sprintf("tenant-%d", i)
-		rv, err := here.Reserve(ctx, subject, time.Minute, 100)
-		if err != nil || !rv.Decision.Allowed {
-			t.Fatalf("%s: reserve %+v %v", subject, rv, err)
-		}
-		key := here.Key(subject)
-		record := keyfmt.Record(key, rv.Token())
-		if keyfmt.Slot(record) != keyfmt.Slot(key) || record != keyfmt.Record("", rv.Token()) {
-			t.Fatalf("%s: record %q, in slot %d; the bucket's %d", subject, record, keyfmt.Slot(record), keyfmt.Slot(key))
-		}
-		if n, err := a.Exists(ctx, record).Result(); err != nil || n != 1 {
-			t.Fatalf("%s: record %q exists: %d %v", subject, record, n, err)
-		}
-		m, err := a.MasterForKey(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		masters[m.Options().Addr] = true
-		d, err := there.Settle(ctx, rv.Token(), 40)
-		if err != nil || !d.Allowed || d.Remaining < 959 || d.Remaining > 960 {
-			t.Fatalf("%s: settle by token elsewhere = %+v, %v; want 60 back, 960 left", subject, d, err)
-		}
-		if n, _ := a.Exists(ctx, record).Result(); n != 0 {
-			t.Fatalf("%s: the record outlived its settle", subject)
-		}
-		if _, err := here.Settle(ctx, rv.Token(), 40); !errors.Is(err, ratelimit.ErrNotReserved) {
-			t.Fatalf("%s: a second settle: %v; want ErrNotReserved", subject, err)
-		}
-	}
-	if len(masters) != 3 {
-		t.Fatalf("the subjects' buckets were on %d masters, want 3", len(masters))
+	for _, tc := range []struct {
+		name    string
+		scripts bool
+	}{
+		{"functions", false},
+		{"scripts", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := redistest.StartCluster(t, 3, 0)
+			ctx := context.Background()
+			var masters []redis.UniversalClient
+			for _, m := range cluster.Masters() {
+				c := redistest.Client(t, m.Addr())
+				if tc.scripts {
+					if err := c.Do(ctx, "ACL", "SETUSER", "default", "-function").Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				masters = append(masters, c)
+			}
+			a := redistest.NewClusterClient(cluster.Addrs()...)
+			b := redistest.NewClusterClient(cluster.Addrs()...)
+			t.Cleanup(func() { a.Close(); b.Close() })
+			limit := ratelimit.PerHour(1000)
+			here, _ := ratelimit.New[string](redisstore.New(a), limit, ratelimit.WithNamespace("cluster"))
+			there, _ := ratelimit.New[string](redisstore.New(b), limit, ratelimit.WithNamespace("cluster"))
+			seen := map[string]bool{}
+			for i := range 30 {
+				subject := fmt.Sprintf("tenant-%d", i)
+				rv, err := here.Reserve(ctx, subject, time.Minute, 100)
+				if err != nil || !rv.Decision.Allowed {
+					t.Fatalf("%s: reserve %+v %v", subject, rv, err)
+				}
+				key := here.Key(subject)
+				record := keyfmt.Record(key, rv.Token())
+				if keyfmt.Slot(record) != keyfmt.Slot(key) || record != keyfmt.Record("", rv.Token()) {
+					t.Fatalf("%s: record %q, in slot %d; the bucket's %d", subject, record, keyfmt.Slot(record), keyfmt.Slot(key))
+				}
+				if n, err := a.Exists(ctx, record).Result(); err != nil || n != 1 {
+					t.Fatalf("%s: record %q exists: %d %v", subject, record, n, err)
+				}
+				m, err := a.MasterForKey(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen[m.Options().Addr] = true
+				d, err := there.Settle(ctx, rv.Token(), 40)
+				if err != nil || !d.Allowed || d.Remaining < 959 || d.Remaining > 960 {
+					t.Fatalf("%s: settle by token elsewhere = %+v, %v; want 60 back, 960 left", subject, d, err)
+				}
+				if n, _ := a.Exists(ctx, record).Result(); n != 0 {
+					t.Fatalf("%s: the record outlived its settle", subject)
+				}
+				if _, err := here.Settle(ctx, rv.Token(), 40); !errors.Is(err, ratelimit.ErrNotReserved) {
+					t.Fatalf("%s: a second settle: %v; want ErrNotReserved", subject, err)
+				}
+			}
+			if len(seen) != 3 {
+				t.Fatalf("the subjects' buckets were on %d masters, want 3", len(seen))
+			}
+			evalsha := 0
+			for _, m := range masters {
+				evalsha += commandCalls(t, m, "evalsha")
+			}
+			if (evalsha > 0) != tc.scripts {
+				t.Fatalf("the masters ran EVALSHA %d times", evalsha)
+			}
+		})
 	}
 }
 
