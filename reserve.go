@@ -85,9 +85,10 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 // the reservation's id), naming the bucket, and a settle reads and deletes it
 // in the same atomic step as it settles: that is what makes a second settle,
 // from any process, find nothing. (A signed token alone could prove a settle
-// genuine, but not tell a second one from the first.) The store must hold reservations (memstore, redisstore, and
-// fallback over either do), or Reserve returns an error wrapping
-// errors.ErrUnsupported. Reserve does not consult the denial cache.
+// genuine, but not tell a second one from the first.) The store must hold
+// reservations (memstore, redisstore, and fallback over either do), or
+// Reserve returns an error wrapping errors.ErrUnsupported. Reserve does not
+// consult the denial cache.
 func (l *Limiter[K]) Reserve(ctx context.Context, subject K, ttl time.Duration, costs ...int64) (*Reservation, error) {
 	res, ok := l.store.(reserver)
 	if !ok {

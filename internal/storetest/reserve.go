@@ -207,7 +207,8 @@ var reserveCases = []envCase{
 				t.Errorf("Settle(%v): %v; want ErrInvalidArgument", actual, err)
 			}
 		}
-		for _, token := range []string{"", "x", "x.y", rv.Token()[:21] + "." + "cw", rv.Token() + "!"} {
+		earlier := rv.Token()[:22] + "." + base64.RawURLEncoding.EncodeToString([]byte("s")) // the id and the subject
+		for _, token := range []string{"", "x", "x.y", rv.Token()[:21] + "." + "cw", rv.Token() + "!", earlier} {
 			if _, err := l.Settle(e.ctx, token, 0); !errors.Is(err, ratelimit.ErrInvalidArgument) {
 				t.Errorf("Settle(%q): %v; want ErrInvalidArgument", token, err)
 			}
