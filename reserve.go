@@ -160,7 +160,7 @@ func (l *Limiter[K]) timed(r Request) (Request, error) {
 // tokenbucket.Reserver); a Decision with ErrNotReserved is then zero, and the
 // denial cache (WithDenyCache) is not told of the refund, as it is not of a
 // settle in another process: a subject it holds stays denied here for at
-// most the rest of its last wait. ErrorEvents of a settle by token have no
+// most the rest of its last wait. The ErrorEvent of a settle by token has no
 // Key.
 func (l *Limiter[K]) Settle(ctx context.Context, token string, actual ...int64) (Decision, error) {
 	if _, ok := keyfmt.IDSlot(token); !ok {
