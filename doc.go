@@ -3,12 +3,15 @@
 // this process for a single instance and for tests.
 //
 // A limiter of 100 checks a second per subject, on Redis, deciding from a
-// bucket in this process while Redis cannot be reached:
+// bucket in this process while Redis cannot be reached, holding this
+// process's share of the policy (one of 4 replicas: without the share the
+// fleet would admit 4 times the policy):
 //
 //	client := redis.NewUniversalClient(redisstore.ClientOptions(&redis.UniversalOptions{
 //		Addrs: []string{"127.0.0.1:6379"},
 //	}))
-//	store, err := fallback.New(redisstore.New(client), fallback.WithOutage(fallback.LocalFallback))
+//	store, err := fallback.New(redisstore.New(client),
+//		fallback.WithOutage(fallback.LocalFallback), fallback.WithFleetShare(4))
 //	if err != nil {
 //		log.Fatal(err)
 //	}

@@ -56,7 +56,8 @@ type ErrorEvent struct {
 	Namespace string
 	// Key is the subject's store key, also when the check was refused for
 	// its cost or its time; it is "" only when the subject itself was
-	// invalid (it encoded to an empty string).
+	// invalid (it encoded to an empty string), or for a settle by token
+	// (Limiter.Settle), which does not know the subject.
 	Key string
 	// Op is the operation that failed: "acquire" (TryAcquire, TryAcquireN,
 	// an item of TryAcquireMany, Wait), "peek", "reset", "reserve" or

@@ -6,10 +6,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/exactlimit/ratelimit/internal/arith"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
 )
 
 // reserver is a Store that holds reservations: tokenbucket.Reserver, whose
@@ -27,15 +27,20 @@ type Reservation struct {
 	// was taken: there is nothing to settle, and RetryAfter says when the
 	// estimate would fit.
 	Decision Decision
-	token    string                                                      // "" when denied
+	token    string                                                      // its id; "" when denied
 	settle   func(ctx context.Context, actual []int64) (Decision, error) // on its key and id
 }
 
-// Token returns the reservation as an opaque string ("" when the reserve was
-// denied), for a process that settles it elsewhere with Limiter.Settle: the
-// service's settle endpoint takes it. It names the subject (as the limiter
-// encodes it) and a random 128-bit id; settling needs the record the store
-// keeps, so a token cannot be forged or settled twice.
+// Token returns the reservation as an opaque string of 24 characters ("" when
+// the reserve was denied), for a process that settles it elsewhere with
+// Limiter.Settle: the service's settle endpoint takes it. It is the
+// reservation's id, unpadded base64url of 18 bytes: 128 random bits, and the
+// Redis Cluster hash slot of the subject's bucket (2 bytes), which a settle
+// needs to find the record on Redis Cluster. That slot, 14 bits of a CRC16 of
+// the bucket's key, one of 16384 values, is all a token tells of the subject:
+// it holds the subject in no form (on every store; memstore has no use for
+// the slot). Settling needs the record the store keeps, so a token cannot be
+// forged or settled twice.
 func (r *Reservation) Token() string { return r.token }
 
 // Settle settles the reservation with the tokens the work really used: one
@@ -76,13 +81,14 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 // (at least a millisecond) is kept as taken.
 //
 // The store keeps a record of each reservation until it is settled or its
-// ttl ends, beside the bucket (in Redis, a key in the bucket's slot), and a
-// settle reads and deletes it in the same atomic step as it settles: that is
-// what makes a second settle, from any process, find nothing. (A signed
-// token alone could prove a settle genuine, but not tell a second one from
-// the first.) The store must hold reservations (memstore, redisstore, and
-// fallback over either do), or Reserve returns an error wrapping
-// errors.ErrUnsupported. Reserve does not consult the denial cache.
+// ttl ends, beside the bucket (in Redis, a key in the bucket's slot named by
+// the reservation's id), naming the bucket, and a settle reads and deletes it
+// in the same atomic step as it settles: that is what makes a second settle,
+// from any process, find nothing. (A signed token alone could prove a settle
+// genuine, but not tell a second one from the first.) The store must hold
+// reservations (memstore, redisstore, and fallback over either do), or
+// Reserve returns an error wrapping errors.ErrUnsupported. Reserve does not
+// consult the denial cache.
 func (l *Limiter[K]) Reserve(ctx context.Context, subject K, ttl time.Duration, costs ...int64) (*Reservation, error) {
 	res, ok := l.store.(reserver)
 	if !ok {
@@ -95,7 +101,7 @@ func (l *Limiter[K]) Reserve(ctx context.Context, subject K, ttl time.Duration, 
 		return nil, err
 	}
 	key := l.prefix + enc
-	id := newReservationID()
+	id := keyfmt.ReservationID(key)
 	start := time.Now()
 	d, err := res.Reserve(ctx, key, id, r, ttl)
 	if err != nil {
@@ -105,7 +111,7 @@ func (l *Limiter[K]) Reserve(ctx context.Context, subject K, ttl time.Duration, 
 	l.decided(ctx, key, largest(costs), false, d, start)
 	rv := &Reservation{Decision: d}
 	if d.Allowed {
-		rv.token = reservationToken(id, enc)
+		rv.token = id
 		rv.settle = func(ctx context.Context, actual []int64) (Decision, error) {
 			return l.settle(ctx, key, id, actual)
 		}
@@ -149,18 +155,31 @@ func (l *Limiter[K]) timed(r Request) (Request, error) {
 // Settle settles the reservation whose Token is token, from this process or
 // any other sharing the store, as Reservation.Settle does. A token that is
 // not a reservation's is an error wrapping ErrInvalidArgument, and one of
-// another limiter's (another namespace) finds no reservation.
+// another limiter's (another namespace) finds no reservation. Since a token
+// does not name the subject, the store finds the bucket from its record (see
+// tokenbucket.Reserver); a Decision with ErrNotReserved is then zero, and the
+// denial cache (WithDenyCache) is not told of the refund, as it is not of a
+// settle in another process: a subject it holds stays denied here for at
+// most the rest of its last wait. The ErrorEvent of a settle by token has no
+// Key.
 func (l *Limiter[K]) Settle(ctx context.Context, token string, actual ...int64) (Decision, error) {
-	id, enc, err := parseToken(token)
-	if err != nil {
+	if _, ok := keyfmt.IDSlot(token); !ok {
+		err := invalid("not a reservation token")
 		l.failed(ctx, "", opSettle, largest(actual), err, time.Time{})
 		return Decision{}, err
 	}
-	return l.settle(ctx, l.prefix+enc, id, actual)
+	return l.settle(ctx, l.prefix, token, actual)
 }
 
-// settle settles reservation id of the bucket at key with actual.
+// settle settles reservation id of the bucket at key with actual; key is the
+// limiter's prefix alone for a settle by token, which does not know the
+// bucket.
 func (l *Limiter[K]) settle(ctx context.Context, key, id string, actual []int64) (Decision, error) {
+	byToken := key == l.prefix
+	label := key
+	if byToken {
+		label = "" // (an event's Key is a bucket's, or none)
+	}
 	res, ok := l.store.(reserver)
 	if !ok {
 		return Decision{}, fmt.Errorf("ratelimit: the store cannot hold reservations: %w", errors.ErrUnsupported)
@@ -171,17 +190,17 @@ func (l *Limiter[K]) settle(ctx context.Context, key, id string, actual []int64)
 		r, err = l.timed(Request{Limits: l.limits})
 	}
 	if err != nil {
-		l.failed(ctx, key, opSettle, largest(actual), err, time.Time{})
+		l.failed(ctx, label, opSettle, largest(actual), err, time.Time{})
 		return Decision{}, err
 	}
 	start := time.Now()
 	d, err := res.Settle(ctx, key, id, r, used)
-	if l.cache != nil {
+	if l.cache != nil && !byToken {
 		// A refund can admit what the cache would deny.
 		l.cache.forget(key)
 	}
 	if err != nil {
-		l.failed(ctx, key, opSettle, largest(actual), err, start)
+		l.failed(ctx, label, opSettle, largest(actual), err, start)
 	}
 	return d, err
 }
@@ -212,25 +231,6 @@ func newReservationID() string {
 	var b [16]byte
 	rand.Read(b[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
-// reservationToken is the token of reservation id on the encoded subject
-// enc: the id, a dot, and enc in base64url.
-func reservationToken(id, enc string) string {
-	return id + "." + base64.RawURLEncoding.EncodeToString([]byte(enc))
-}
-
-// parseToken takes a reservation token apart: its id and encoded subject.
-func parseToken(token string) (id, enc string, err error) {
-	id, rest, ok := strings.Cut(token, ".")
-	if ok && len(id) == 22 {
-		if _, e := base64.RawURLEncoding.DecodeString(id); e == nil {
-			if b, e := base64.RawURLEncoding.DecodeString(rest); e == nil && len(b) > 0 {
-				return id, string(b), nil
-			}
-		}
-	}
-	return "", "", invalid("not a reservation token")
 }
 
 // largest is the cost an event reports of several: the largest.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
@@ -50,6 +51,11 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 // fails to reach it, changes nothing and its error wraps ErrUnavailable,
 // whatever the outage behaviour: the reservation stays on the primary, kept
 // as taken unless settled again before it expires.
+//
+// A settle by token, whose key is a namespace's prefix alone (see
+// tokenbucket.Reserver), finds the reservation by its id in either place. Its
+// partition (see Partitioner) is that of the reservation's record, in the
+// slot the id names: the bucket's.
 func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error) {
 	if err := tokenbucket.ValidateSettle(id, r, actual); err != nil {
 		return ratelimit.Decision{}, err
@@ -58,7 +64,11 @@ func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request,
 	if !ok {
 		return ratelimit.Decision{}, fmt.Errorf("fallback: the primary cannot hold reservations: %w", errors.ErrUnsupported)
 	}
-	d, cause, err := s.guard(ctx, key, func(ctx context.Context) (ratelimit.Decision, error) {
+	route := key // the key whose partition the call goes to
+	if keyfmt.IsPrefix(key) {
+		route = keyfmt.Record(key, id)
+	}
+	d, cause, err := s.guard(ctx, route, func(ctx context.Context) (ratelimit.Decision, error) {
 		return res.Settle(ctx, key, id, r, actual)
 	})
 	if s.outage == LocalFallback && (cause != nil || errors.Is(err, ratelimit.ErrNotReserved)) {
@@ -72,7 +82,7 @@ func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request,
 		}
 	}
 	if cause != nil {
-		return ratelimit.Decision{}, s.unavailable(ctx, key, err)
+		return ratelimit.Decision{}, s.unavailable(ctx, route, err)
 	}
 	return d, err
 }

@@ -76,7 +76,8 @@
 // this process) is the store's choice, not the interceptors': wrap it with
 // package fallback, whose answers reach them as decisions.
 //
-//	store, err := fallback.New(redisstore.New(rdb), fallback.WithOutage(fallback.LocalFallback))
+//	store, err := fallback.New(redisstore.New(rdb),
+//		fallback.WithOutage(fallback.LocalFallback), fallback.WithFleetShare(replicas))
 //
 // # Clients
 //

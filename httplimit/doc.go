@@ -82,7 +82,8 @@
 // this process) is the store's choice, not the middleware's: wrap it with
 // package fallback, whose answers reach the middleware as decisions.
 //
-//	store, err := fallback.New(redisstore.New(rdb), fallback.WithOutage(fallback.LocalFallback))
+//	store, err := fallback.New(redisstore.New(rdb),
+//		fallback.WithOutage(fallback.LocalFallback), fallback.WithFleetShare(replicas))
 //
 // The middleware never panics on a store error or a missing key. It is safe
 // for simultaneous use by multiple goroutines and starts no goroutine.

@@ -14,7 +14,7 @@ import (
 )
 
 // defaultMaxReservations is the most open reservations a Store holds
-// without WithMaxReservations: about 230 MB of records.
+// without WithMaxReservations: about 250 MB of records.
 const defaultMaxReservations = 1_000_000
 
 // errTooManyReservations is the error of a reserve refused because the store
@@ -25,7 +25,7 @@ var errTooManyReservations = errors.New("memstore: too many open reservations")
 // (reserved, not settled, and within their ttl) at a time; the default is
 // 1,000,000, and n below 1 keeps it. A reserve past it is refused with an
 // error before it takes anything: the store would otherwise keep a record of
-// about 230 bytes per reservation for as long as its ttl.
+// about 250 bytes per reservation for as long as its ttl.
 func WithMaxReservations(n int) Option {
 	return func(s *Store) {
 		if n >= 1 {
@@ -35,20 +35,18 @@ func WithMaxReservations(n int) Option {
 }
 
 // reservations holds the records of a Store's reservations that are not
-// settled yet, by bucket key and id, each until it expires on the store's
-// clock.
+// settled yet, by id, each until it expires on the store's clock.
 type reservations struct {
 	mu      sync.Mutex
-	m       map[reservationKey]reservation
+	m       map[string]reservation
 	sweepAt int   // the size at which to drop the expired records next
 	most    int   // the most open reservations; 0 for the default
 	taking  int   // reserves between their room and their record
 	soonest int64 // µs on the store's clock: no record expires before it
 }
 
-type reservationKey struct{ key, id string }
-
 type reservation struct {
+	key     string // the bucket's
 	holds   []tokenbucket.Hold
 	expires int64 // µs on the store's clock
 }
@@ -91,7 +89,7 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 	}
 	clock := s.now()
 	if rs.m == nil {
-		rs.m = make(map[reservationKey]reservation)
+		rs.m = make(map[string]reservation)
 	}
 	if len(rs.m) >= rs.sweepAt {
 		rs.sweep(clock)
@@ -100,7 +98,7 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 	if len(rs.m) == 0 || expires < rs.soonest {
 		rs.soonest = expires
 	}
-	rs.m[reservationKey{key, id}] = reservation{holds: tokenbucket.Held(r), expires: expires}
+	rs.m[id] = reservation{key: key, holds: tokenbucket.Held(r), expires: expires}
 	return d, nil
 }
 
@@ -123,7 +121,10 @@ func (rs *reservations) sweep(clock int64) {
 // each of r's limits really used, as tokenbucket's Settle does. The record is
 // taken out first, so of two settles of one reservation one finds it; without
 // a record (settled already, or expired) nothing changes, and the error wraps
-// ratelimit.ErrNotReserved beside the bucket's standing.
+// ratelimit.ErrNotReserved beside the bucket's standing. When key is a
+// namespace's prefix alone, or empty (a settle by token: see
+// tokenbucket.Reserver), the bucket is the one the record names, when it is
+// in the namespace; without such a record the Decision is zero.
 func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error) {
 	if err := tokenbucket.ValidateSettle(id, r, actual); err != nil {
 		return ratelimit.Decision{}, err
@@ -131,13 +132,21 @@ func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request,
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}
+	byRecord := keyfmt.IsPrefix(key)
 	rs := &s.reserved
 	rs.mu.Lock()
-	k := reservationKey{key, id}
-	rec, found := rs.m[k]
-	delete(rs.m, k)
+	rec, found := rs.m[id]
+	if found && (rec.key == key || byRecord && len(rec.key) > len(key) && rec.key[:len(key)] == key) {
+		delete(rs.m, id)
+		key = rec.key
+	} else {
+		found = false // another bucket's, or another namespace's: not found here
+	}
 	rs.mu.Unlock()
 	clock := s.now()
+	if (!found || rec.expires <= clock) && byRecord {
+		return ratelimit.Decision{}, fmt.Errorf("%w: memstore settle in %s", ratelimit.ErrNotReserved, keyfmt.Label(key))
+	}
 	if !found || rec.expires <= clock {
 		d, err := s.Apply(ctx, key, ratelimit.Request{Limits: r.Limits, Peek: true, Now: r.Now})
 		if err != nil {

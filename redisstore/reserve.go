@@ -30,15 +30,35 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 // reservation, from any processes, one finds it. Without a record (settled
 // already, or expired) nothing changes, and the error wraps
 // ratelimit.ErrNotReserved beside the bucket's standing.
+//
+// When key is a namespace's prefix alone, or empty (a settle by token, which
+// does not know the bucket: see tokenbucket.Reserver), the call's one key is
+// the record, found by its id, which names the bucket's slot (a
+// ratelimit token), and the script settles the bucket the record names, when
+// that is in the namespace: still one atomic call, on Redis Cluster too, the
+// bucket being in the record's slot. Without such a record the Decision is
+// zero.
 func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error) {
 	if err := tokenbucket.ValidateSettle(id, r, actual); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	d, found, err := s.call(ctx, "settle", []string{key, keyfmt.Record(key, id)}, s.enc.SettleArgs(r, actual), r)
-	if err != nil {
-		return d, err
+	keys, args := []string{key, keyfmt.Record(key, id)}, s.enc.SettleArgs(r, actual)
+	byRecord := keyfmt.IsPrefix(key)
+	if byRecord {
+		keys, args = keys[1:], s.enc.SettleRecordArgs(r, actual, key)
 	}
-	if !found {
+	res, err := s.eval(ctx, keys, args)
+	var d ratelimit.Decision
+	found := false
+	if err == nil {
+		d, found, err = script.ParseSettle(r, res)
+	}
+	switch {
+	case err != nil:
+		return ratelimit.Decision{}, wrapErr("settle", key, err)
+	case !found && byRecord:
+		return ratelimit.Decision{}, fmt.Errorf("%w: redis settle in %s", ratelimit.ErrNotReserved, keyfmt.Label(key))
+	case !found:
 		return d, fmt.Errorf("%w: redis settle of %s", ratelimit.ErrNotReserved, keyfmt.Label(key))
 	}
 	return d, nil

@@ -1,7 +1,10 @@
 package storetest
 
 import (
+	"encoding/base64"
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -114,6 +117,18 @@ var reserveCases = []envCase{
 			t.Fatalf("settle here after: %v; want ErrNotReserved", err)
 		}
 	}},
+	{"a token reveals nothing of the subject", func(t *testing.T, e *env) {
+		l := e.newLimiter(ratelimit.PerMinute(100))
+		const apiKey = "sk-live-7Hq2Zx9LmP4vRt8Kw3Ny"
+		rv := reserve(t, e, l, apiKey, 1)
+		for _, secret := range []string{apiKey, l.Key(apiKey), apiKey[:8], apiKey[len(apiKey)-8:]} {
+			if where := reveals(rv.Token(), secret); where != "" {
+				t.Fatalf("token %q holds %q %s", rv.Token(), secret, where)
+			}
+		}
+		d, err := l.Settle(e.ctx, rv.Token(), 0)
+		want(t, "settle by token", d, err, true, 100, 0, 0)
+	}},
 	{"concurrent settles of one reservation refund once", func(t *testing.T, e *env) {
 		l := e.newLimiter(ratelimit.PerMinute(100))
 		rv := reserve(t, e, l, "s", 100)
@@ -143,9 +158,19 @@ var reserveCases = []envCase{
 	{"a reservation of another subject or namespace is not found", func(t *testing.T, e *env) {
 		l := e.newLimiter(ratelimit.PerMinute(100))
 		rv := reserve(t, e, l, "s", 50)
-		id, _, _ := cut(rv.Token())
-		forged := id + ".dA" // subject "t"
-		if _, err := l.Settle(e.ctx, forged, 0); !errors.Is(err, ratelimit.ErrNotReserved) {
+		// The token's 128 random bits with another slot (its last 2 bytes).
+		b, err := base64.RawURLEncoding.DecodeString(rv.Token())
+		if err != nil || len(b) != 18 {
+			t.Fatalf("token %q is not 18 bytes of base64url: %v", rv.Token(), err)
+		}
+		b[16] ^= 0x01
+		if _, err := l.Settle(e.ctx, base64.RawURLEncoding.EncodeToString(b), 0); !errors.Is(err, ratelimit.ErrNotReserved) {
+			t.Fatalf("the id with another slot: %v; want ErrNotReserved", err)
+		}
+		// The store asked to settle the reservation on another subject's
+		// bucket.
+		r := ratelimit.Request{Limits: l.Limits(), Now: e.clock.Now()}
+		if _, err := l.Store().(tokenbucket.Reserver).Settle(e.ctx, l.Key("t"), rv.Token(), r, []int64{0}); !errors.Is(err, ratelimit.ErrNotReserved) {
 			t.Fatalf("the id on another subject: %v; want ErrNotReserved", err)
 		}
 		elsewhere, err := ratelimit.New[string](l.Store(), ratelimit.PerMinute(100), ratelimit.WithNamespace(l.Namespace()+"-other"), ratelimit.WithClock(e.clock.Now))
@@ -198,7 +223,8 @@ var reserveCases = []envCase{
 				t.Errorf("Settle(%v): %v; want ErrInvalidArgument", actual, err)
 			}
 		}
-		for _, token := range []string{"", "x", "x.y", rv.Token()[:21] + "." + "cw", rv.Token() + "!"} {
+		earlier := rv.Token()[:22] + "." + base64.RawURLEncoding.EncodeToString([]byte("s")) // the id and the subject
+		for _, token := range []string{"", "x", "x.y", rv.Token()[:21] + "." + "cw", rv.Token() + "!", earlier} {
 			if _, err := l.Settle(e.ctx, token, 0); !errors.Is(err, ratelimit.ErrInvalidArgument) {
 				t.Errorf("Settle(%q): %v; want ErrInvalidArgument", token, err)
 			}
@@ -218,12 +244,35 @@ var reserveCases = []envCase{
 	}},
 }
 
-// cut splits a token at its first dot.
-func cut(token string) (string, string, bool) {
-	for i := range len(token) {
-		if token[i] == '.' {
-			return token[:i], token[i+1:], true
+// reveals reports where token holds secret: as it is, or in any base64
+// encoding of any run of the token's characters between characters that are
+// not base64's ("" when nowhere).
+func reveals(token, secret string) string {
+	if strings.Contains(token, secret) {
+		return "as it is"
+	}
+	isB64 := func(r rune) bool {
+		return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_+/=", r)
+	}
+	parts := strings.FieldsFunc(token, func(r rune) bool { return !isB64(r) })
+	for _, p := range parts {
+		p = strings.TrimRight(p, "=")
+		// Every start, so that a part that is not aligned on base64's
+		// 4-character groups is decoded too.
+		for i := range len(p) {
+			for _, enc := range []*base64.Encoding{base64.RawURLEncoding, base64.RawStdEncoding} {
+				q := p[i:]
+				for len(q) > 0 {
+					if b, err := enc.DecodeString(q); err == nil {
+						if strings.Contains(string(b), secret) {
+							return "in base64 " + strconv.Quote(p)
+						}
+						break
+					}
+					q = q[:len(q)-1]
+				}
+			}
 		}
 	}
-	return token, "", false
+	return ""
 }

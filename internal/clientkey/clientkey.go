@@ -5,8 +5,6 @@
 package clientkey
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -36,13 +34,11 @@ const DefaultIPv6Bits = 64
 // HashPrefix starts every hashed credential.
 const HashPrefix = "sha256:"
 
-// Credential returns the key of a credential value: HashPrefix and the
-// unpadded base64url encoding of the first 128 bits of its SHA-256, 29 bytes
-// whatever the value's length. The value itself never reaches a store.
-func Credential(v string) string {
-	sum := sha256.Sum256([]byte(v))
-	return HashPrefix + base64.RawURLEncoding.EncodeToString(sum[:16])
-}
+// Credential returns the key of a credential value: ratelimit.HashSubject,
+// HashPrefix and the unpadded base64url encoding of the first 128 bits of its
+// SHA-256, 29 bytes whatever the value's length. The value itself never
+// reaches a store.
+func Credential(v string) string { return ratelimit.HashSubject(v) }
 
 // CheckLen returns an error wrapping ErrKeyTooLong when key (what names
 // it) is longer than MaxBytes.

@@ -1,14 +1,18 @@
 // Package keyfmt is the one definition of a bucket's store key: its frame
 // "<len(namespace)>:<namespace>:<subject>", how to take one apart, how to
 // name one in a log without its subject, how a key function joins parts,
-// and the Redis Cluster hash slot a key lives in.
+// the Redis Cluster hash slot a key lives in, and a reservation's id and
+// record key.
 //
 // The length frame keeps namespace "a" with subject "b:c" apart from
 // namespace "a:b" with subject "c".
 package keyfmt
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -63,10 +67,15 @@ func Hash(subject string) string {
 }
 
 // Label names key without its subject, which may be personal data or a
-// secret (an API key): `namespace "api", subject #1a2b3c4d5e6f7a8b`, or
-// `key #...` for a key that is not framed.
+// secret (an API key): `namespace "api", subject #1a2b3c4d5e6f7a8b`,
+// `namespace "api"` for a namespace's prefix alone, or `key #...` for a key
+// that is not framed.
 func Label(key string) string {
 	ns, subject, ok := Parse(key)
+	if !ok && key != "" && IsPrefix(key) {
+		_, rest, _ := strings.Cut(key, ":")
+		return "namespace " + strconv.Quote(rest[:len(rest)-1])
+	}
 	if !ok {
 		return "key " + Hash(key)
 	}
@@ -129,12 +138,63 @@ func crc16(s string) uint16 {
 	return crc
 }
 
-// Record returns the key of reservation id of the bucket at key: the bucket
-// key and the id, behind a hash tag of key's own slot, so that the record
-// and its bucket are one script call's keys on Redis Cluster, whatever
-// braces key holds.
+// IDLen is the length of a reservation id made by ReservationID.
+const IDLen = 24
+
+// ReservationID returns a new id for a reservation of the bucket at key: 128
+// random bits and then key's Redis Cluster slot (2 bytes, big-endian), in
+// unpadded base64url, IDLen bytes. The slot is what a settle that knows the
+// id alone needs to find the record on Redis Cluster (see Record); of key it
+// tells nothing else: 14 bits of a CRC16, which one key in 16384 shares.
+func ReservationID(key string) string {
+	var b [18]byte
+	rand.Read(b[:16])
+	binary.BigEndian.PutUint16(b[16:], Slot(key))
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// IDSlot returns the slot a reservation id names (see ReservationID); ok is
+// false when id is not one ReservationID makes.
+func IDSlot(id string) (slot uint16, ok bool) {
+	if len(id) != IDLen {
+		return 0, false
+	}
+	var b [18]byte
+	n, err := base64.RawURLEncoding.Decode(b[:], []byte(id))
+	if err != nil || n != len(b) {
+		return 0, false
+	}
+	slot = binary.BigEndian.Uint16(b[16:]) // (18 bytes are 24 characters: none has bits left over)
+	if slot >= NumSlots {
+		return 0, false
+	}
+	return slot, true
+}
+
+// IsPrefix reports whether key is a namespace's prefix alone (see Prefix),
+// or empty: the key a settle by id alone passes a store in place of its
+// bucket's, which it does not know (see tokenbucket.Reserver).
+func IsPrefix(key string) bool {
+	prefix, subject := Split(key)
+	return subject == "" && prefix == key
+}
+
+// Record returns the key of reservation id of the bucket at key: "{tag}r:"
+// and id, where tag is the short hash tag of the bucket's slot, so that the
+// record and its bucket are one script call's keys on Redis Cluster whatever
+// braces key holds, and the record is found from its slot and id alone. When
+// key is a prefix (IsPrefix: the bucket is not known) the slot is the one id
+// names (IDSlot), or, for an id that names none, id's own.
 func Record(key, id string) string {
-	return "{" + slotTags()[Slot(key)] + "}r:" + key + ":" + id
+	slot := Slot(key)
+	if IsPrefix(key) {
+		s, ok := IDSlot(id)
+		if !ok {
+			s = Slot(id)
+		}
+		slot = s
+	}
+	return "{" + slotTags()[slot] + "}r:" + id
 }
 
 // slotTags holds, for each slot, a short string of letters and digits that

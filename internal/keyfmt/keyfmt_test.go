@@ -63,18 +63,58 @@ func TestSlot(t *testing.T) {
 }
 
 func TestRecordSharesItsBucketsSlot(t *testing.T) {
-	for _, key := range []string{"", "7:default:user", "3:api:a{b}c", "3:api:a{}b", "3:api:a{b", "3:api:}{x}", "{", "}{"} {
-		rec := Record(key, "id1")
+	for _, key := range []string{"7:default:user", "3:api:a{b}c", "3:api:a{}b", "3:api:a{b", "3:api:}{x}", "{", "}{", "raw"} {
+		id := ReservationID(key)
+		rec := Record(key, id)
 		if Slot(rec) != Slot(key) {
 			t.Errorf("Record(%q) = %q in slot %d, its bucket in %d", key, rec, Slot(rec), Slot(key))
 		}
-		if !strings.Contains(rec, key) || Record(key, "id2") == rec {
-			t.Errorf("Record(%q) = %q does not name its bucket and id", key, rec)
+		if Record(key, "id2") == rec || !strings.HasSuffix(rec, "}r:"+id) {
+			t.Errorf("Record(%q, %q) = %q does not name its id", key, id, rec)
+		}
+		// A settle that knows the id alone finds the same record.
+		for _, prefix := range []string{"", "3:api:", "7:default:"} {
+			if got := Record(prefix, id); got != rec {
+				t.Errorf("Record(%q, %q) = %q; the bucket's own is %q", prefix, id, got, rec)
+			}
 		}
 	}
 	for s, tag := range slotTags() {
 		if tag == "" || Slot(tag) != uint16(s) {
 			t.Fatalf("slot %d has tag %q", s, tag)
 		}
+	}
+}
+
+func TestReservationID(t *testing.T) {
+	key := Key("api", "sk_live_SECRET")
+	a, b := ReservationID(key), ReservationID(key)
+	if a == b || len(a) != IDLen {
+		t.Fatalf("ReservationID = %q, then %q", a, b)
+	}
+	if slot, ok := IDSlot(a); !ok || slot != Slot(key) {
+		t.Fatalf("IDSlot(%q) = %d, %v; want %d", a, slot, ok, Slot(key))
+	}
+	for _, bad := range []string{
+		"", "x", a[:IDLen-1], a + "A", a[:10] + "." + a[11:],
+		"AAAAAAAAAAAAAAAAAAAAAEAA", // slot 16384
+	} {
+		if slot, ok := IDSlot(bad); ok {
+			t.Errorf("IDSlot(%q) = %d, true; want false", bad, slot)
+		}
+	}
+	if slot, ok := IDSlot("AAAAAAAAAAAAAAAAAAAAAD__"); !ok || slot != NumSlots-1 {
+		t.Errorf("IDSlot of slot 16383 = %d, %v", slot, ok)
+	}
+}
+
+func TestIsPrefix(t *testing.T) {
+	for key, want := range map[string]bool{"": true, "3:api:": true, "0::": true, "3:api:s": false, "raw": false, "3:api": false} {
+		if got := IsPrefix(key); got != want {
+			t.Errorf("IsPrefix(%q) = %v", key, got)
+		}
+	}
+	if l := Label(Prefix("api")); l != `namespace "api"` {
+		t.Errorf("Label of a prefix = %q", l)
 	}
 }

@@ -64,7 +64,7 @@ const (
 	Each    = "each"    // every key decided on its own
 	All     = "all"     // every key, all or nothing
 	Reserve = "reserve" // one key, and a record of what it took
-	Settle  = "settle"  // a record settled on its key
+	Settle  = "settle"  // a record settled on its bucket
 	Refund  = "refund"  // one key's costs given back
 )
 
@@ -119,6 +119,13 @@ func (e *Encoder) ReserveArgs(r ratelimit.Request, ttl time.Duration) []any {
 // tokens actually used, one per limit (KEYS: the bucket, then the record).
 func (e *Encoder) SettleArgs(r ratelimit.Request, actual []int64) []any {
 	return append(CallArgs(r, Settle, 1), costList(actual), e.policy(r.Limits))
+}
+
+// SettleRecordArgs returns the ARGV of a settle as SettleArgs does, of a
+// reservation whose bucket is not known (KEYS: the record alone): the bucket
+// is the one the record names, when its key starts with prefix.
+func (e *Encoder) SettleRecordArgs(r ratelimit.Request, actual []int64, prefix string) []any {
+	return append(e.SettleArgs(r, actual), prefix)
 }
 
 // costList is the script's list of costs, one per limit: "1,500".

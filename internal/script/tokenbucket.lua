@@ -4,7 +4,8 @@
 -- 2^53.
 --
 -- KEYS[1..K]  the buckets, one per check; for "reserve" and "settle", the bucket and then its
---             reservation's record (a key in the bucket's slot)
+--             reservation's record (a key in the bucket's slot); for "settle" by the record alone,
+--             the record, which names its bucket
 -- ARGV[1]     now, in µs since the Unix epoch, or "" to read the server's TIME (once per call)
 -- ARGV[2]     the mode:
 --   "each"    every key is decided on its own, in order, as K calls of one key would decide it
@@ -14,10 +15,14 @@
 --   "3,1,2"   groups of consecutive keys, their sizes adding up to K: each group is decided as
 --             "all" decides its keys, each independently of the others, in order;
 --   "reserve" KEYS[1] is decided as "each" decides it, and when allowed the record KEYS[2] is
---             written: what each limit took, kept for ARGV[5] ms;
+--             written: what each limit took, and KEYS[1], kept for ARGV[5] ms;
 --   "settle"  the record KEYS[2] is read and deleted, and what it holds settled on KEYS[1] as
---             Settle does with the actual costs; without a record nothing changes, and the
---             reply says so (flag 8);
+--             Settle does with the actual costs; without a record, or with one of another
+--             bucket, nothing changes, and the reply says so (flag 8). With one key, KEYS[1] is
+--             the record and ARGV[5] a prefix: the bucket is the one the record names, when its
+--             key starts with the prefix (the limiter's namespace); without such a record nothing
+--             changes, and the reply is flag 8 and zeros. (The bucket is a key the call does not
+--             declare: the record's slot is the bucket's, which Redis Cluster allows.)
 --   "refund"  the costs of KEYS[1] (one key) are given back, capped at capacity: Settle of a
 --             reservation of those costs that used nothing (Envoy's negative hits).
 -- then two per bucket, in the order of KEYS:
@@ -29,7 +34,8 @@
 --             limit its capacity c, refill tokens r and refill period p in µs, the rate in lowest
 --             terms, as 7-byte big-endian integers. The values are read as doubles: 2^53 + 1
 --             reads as 2^53.
--- and for "reserve" ARGV[5], the record's lifetime in ms.
+-- and for "reserve" ARGV[5], the record's lifetime in ms; for "settle" with one key, ARGV[5] the
+-- prefix of the bucket's key.
 --
 -- Stored value, a binary string of 8 + 28 bytes per limit (36 for one limit):
 --   version (1 byte), last (7 bytes), then per limit: level, c, r, p (7 bytes each)
@@ -41,8 +47,10 @@
 -- level, writes; the key expires (PX) once the bucket would be full, rounded up to the
 -- millisecond, at least 1 ms. A value of another version is refused as malformed.
 --
--- Record, a binary string of 1 + 28 bytes per limit: version (1), then per limit of the policy
--- that reserved: tokens, c, r, p (7 bytes each), what it took from the band of that limit.
+-- Record, a binary string: version (1 byte, 2), the number of limits n (1 byte, 1 to 8), then per
+-- limit of the policy that reserved: tokens, c, r, p (7 bytes each), what it took from the band of
+-- that limit; then the bucket's key (the rest, at least a byte). (Version 1, of releases whose
+-- record key named the bucket, held no key; its records are never read.)
 --
 -- Reply: an array of 1 + 5K integers: the number of integers per key, 5, then per key, in the
 -- order of KEYS (for "reserve" and "settle", one key: the bucket): flags (1: its own bucket
@@ -393,8 +401,8 @@ local function main(KEYS, ARGV)
     if nkeys ~= 1 or #ARGV ~= 4 then return redis.error_reply(MALFORMED) end
   elseif reserve or settle then
     local want = 4
-    if reserve then want = 5 end
-    if nkeys ~= 2 or #ARGV ~= want then return redis.error_reply(MALFORMED) end
+    if reserve or nkeys == 1 then want = 5 end
+    if (nkeys ~= 2 and not (settle and nkeys == 1)) or #ARGV ~= want then return redis.error_reply(MALFORMED) end
     nkeys = 1
     if reserve then
       keep = tonumber(ARGV[5])
@@ -425,25 +433,42 @@ local function main(KEYS, ARGV)
     end
   end
 
-  -- A settle's record: its limits and what each took (nil when there is none), checked as a
-  -- bucket's fields are.
+  -- A settle's record: its limits and what each took (nil when there is none, or when it is of
+  -- another bucket), checked as a bucket's fields are, and its bucket.
   local held
+  local keys, record = KEYS, KEYS[2]
   if settle then
-    local raw = redis.call('GET', KEYS[2])
+    if #KEYS == 1 then record = KEYS[1] end
+    local raw = redis.call('GET', record)
     if raw then
       local len = #raw
-      local m = (len - 1) / 28
-      if len < 29 or m % 1 ~= 0 or m > 8 or struct.unpack('>B', raw) ~= 1 then
+      local v, m = 0, 0
+      if len >= 31 then v, m = struct.unpack('>BB', raw) end
+      if v ~= 2 or m < 1 or m > 8 or len <= 2 + 28 * m then
         return redis.error_reply('ratelimit: malformed bucket state: reservation record')
       end
       held = {}
       for k = 1, m do
-        local tokens, c, r, p = struct.unpack('>I7I7I7I7', raw, 2 + 28 * (k - 1))
+        local tokens, c, r, p = struct.unpack('>I7I7I7I7', raw, 3 + 28 * (k - 1))
         if c < 1 or r < 1 or p < 1 or c > MAX or r > MAX or p > MAX or c > MAX / p or tokens > c then
           return redis.error_reply('ratelimit: malformed bucket state: reservation record')
         end
         held[k] = {tokens = tokens, c = c, r = r, p = p}
       end
+      local bucket = string.sub(raw, 3 + 28 * m)
+      if #KEYS == 1 then
+        local prefix = ARGV[5]
+        if string.sub(bucket, 1, #prefix) == prefix then
+          keys = {bucket}
+        else
+          held = nil -- another namespace's: not found there
+        end
+      elseif bucket ~= KEYS[1] then
+        held = nil -- another bucket's
+      end
+    end
+    if #KEYS == 1 and not held then
+      return {5, 8, 0, 0, 0, 0}
     end
   end
 
@@ -506,23 +531,23 @@ local function main(KEYS, ARGV)
         if cost and costs ~= false and limits then
           if settle and not held then
             -- No record: the standing, as a peek reports it, and flag 8.
-            flags, remaining, reset, retry, back = step(KEYS[j], limits, -1, nil, now, false, nil)
+            flags, remaining, reset, retry, back = step(keys[j], limits, -1, nil, now, false, nil)
             if flags then flags = flags + 8 end
           else
-            flags, remaining, reset, retry, back = step(KEYS[j], limits, cost, costs, now, pass == passes, held)
+            flags, remaining, reset, retry, back = step(keys[j], limits, cost, costs, now, pass == passes, held)
           end
         else
           remaining = MALFORMED
         end
         if flags and reserve and flags % 2 == 1 then
-          -- Reserved: the record of what each limit took, kept for ARGV[5] ms.
-          local value = struct.pack('>B', 1)
+          -- Reserved: the record of what each limit took, and of the bucket, kept for ARGV[5] ms.
+          local value = struct.pack('>BB', 2, #limits)
           for i = 1, #limits do
             local l, c = limits[i], cost
             if costs then c = costs[i] end
             value = value .. struct.pack('>I7I7I7I7', c, l.c, l.r, l.p)
           end
-          redis.call('SET', KEYS[2], value, 'PX', keep)
+          redis.call('SET', KEYS[2], value .. KEYS[1], 'PX', keep)
         end
         if flags then
           reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = flags, remaining, reset, retry, back
@@ -537,7 +562,7 @@ local function main(KEYS, ARGV)
   end
 
   if settle and held and type(reply[2]) == 'number' then
-    redis.call('DEL', KEYS[2])
+    redis.call('DEL', record)
   end
   if size > 1 + 5 * nkeys then
     reply[2 + 5 * nkeys] = nil -- (the end of the array: see newReply)
