@@ -236,7 +236,7 @@ func (l *Limiter[K]) abandon(ctx context.Context, c *closing) error {
 // leases is a limiter's lease mode: the leases this process holds, by
 // encoded subject.
 type leases struct {
-	res      reserver
+	res      Reserver
 	lifetime time.Duration
 	ttl      time.Duration // of a lease's record in the store
 	most     int64         // the largest lease, M
@@ -304,7 +304,7 @@ type leaseReturn struct {
 // newLeases sets up the lease mode of a limiter whose smallest capacity is
 // minCap.
 func newLeases(store Store, lifetime time.Duration, minCap int64) (*leases, error) {
-	res, ok := store.(reserver)
+	res, ok := store.(Reserver)
 	if !ok {
 		return nil, fmt.Errorf("ratelimit: leases need a store that holds reservations: %w", errors.ErrUnsupported)
 	}

@@ -12,14 +12,6 @@ import (
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
 )
 
-// reserver is a Store that holds reservations: tokenbucket.Reserver, whose
-// doc is the contract (this package cannot import tokenbucket, which imports
-// it). memstore, redisstore, and fallback over either, have it.
-type reserver interface {
-	Reserve(ctx context.Context, key, id string, r Request, ttl time.Duration) (Decision, error)
-	Settle(ctx context.Context, key, id string, r Request, actual []int64) (Decision, error)
-}
-
 // Reservation is tokens taken before the work whose cost they estimate, to be
 // settled once the cost is known: see Limiter.Reserve.
 type Reservation struct {
@@ -90,7 +82,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 // Reserve returns an error wrapping errors.ErrUnsupported. Reserve does not
 // consult the denial cache.
 func (l *Limiter[K]) Reserve(ctx context.Context, subject K, ttl time.Duration, costs ...int64) (*Reservation, error) {
-	res, ok := l.store.(reserver)
+	res, ok := l.store.(Reserver)
 	if !ok {
 		return nil, fmt.Errorf("ratelimit: the store cannot hold reservations: %w", errors.ErrUnsupported)
 	}
@@ -157,7 +149,7 @@ func (l *Limiter[K]) timed(r Request) (Request, error) {
 // not a reservation's is an error wrapping ErrInvalidArgument, and one of
 // another limiter's (another namespace) finds no reservation. Since a token
 // does not name the subject, the store finds the bucket from its record (see
-// tokenbucket.Reserver); a Decision with ErrNotReserved is then zero, and the
+// Reserver); a Decision with ErrNotReserved is then zero, and the
 // denial cache (WithDenyCache) is not told of the refund, as it is not of a
 // settle in another process: a subject it holds stays denied here for at
 // most the rest of its last wait. The ErrorEvent of a settle by token has no
@@ -180,7 +172,7 @@ func (l *Limiter[K]) settle(ctx context.Context, key, id string, actual []int64)
 	if byToken {
 		label = "" // (an event's Key is a bucket's, or none)
 	}
-	res, ok := l.store.(reserver)
+	res, ok := l.store.(Reserver)
 	if !ok {
 		return Decision{}, fmt.Errorf("ratelimit: the store cannot hold reservations: %w", errors.ErrUnsupported)
 	}

@@ -118,3 +118,49 @@ type BatchItem struct {
 	Decision Decision
 	Err      error
 }
+
+// Reserver is a Store that holds reservations (see Limiter.Reserve):
+// memstore, redisstore and package fallback are Reservers.
+//
+// Reserve decides r against the bucket at key as Apply does and, when it is
+// allowed, records reservation id for ttl, beside the bucket: what each limit
+// took (tokenbucket's Held), and key. An id names one reservation of the
+// store, whatever its bucket: Limiter.Reserve makes 128 random bits and the
+// bucket's Redis Cluster slot, so that a store on Cluster can keep the record
+// in the bucket's slot, under a key made of the slot and the id alone.
+//
+// Settle settles reservation id on r's limits with actual, the tokens each
+// used (tokenbucket's State.Settle), reading and deleting the record in the
+// same atomic step, so that of any number of settles of one reservation, from
+// any processes, one finds it. key is the bucket's key, whose reservation id
+// must be (a record of another bucket is not found); or, for a settle that
+// knows only the id (Limiter.Settle, by token), a namespace's prefix alone
+// ("3:api:", the key of the empty subject) or "" for any namespace: the store
+// then settles the bucket the record names, when its key starts with key, in
+// the same atomic step. Without such a record it changes nothing, and its
+// error wraps ErrNotReserved beside the bucket's standing (a zero Decision
+// when key is a prefix).
+//
+// Both check their arguments first, and refuse invalid ones with an error
+// wrapping ErrInvalidArgument: Reserve that r is valid and not a peek, id is
+// not empty and ttl is at least a millisecond (tokenbucket's
+// ValidateReserve); Settle that id is not empty, r's limits and time are
+// valid, and actual has one count per limit, each between 0 and 2^53
+// (tokenbucket's ValidateSettle).
+type Reserver interface {
+	Store
+	Reserve(ctx context.Context, key, id string, r Request, ttl time.Duration) (Decision, error)
+	Settle(ctx context.Context, key, id string, r Request, actual []int64) (Decision, error)
+}
+
+// Refunder is a Store that can give a cost back without a reservation, for
+// a protocol that refunds so (Envoy's negative hits): memstore, redisstore
+// and package fallback are Refunders. Refund gives r's cost (or costs) back
+// to the bucket at key, capped at each limit's capacity, as the settle of a
+// reservation of that cost that used nothing would (tokenbucket's
+// State.Refund). It refuses a peek, or an invalid r, with an error wrapping
+// ErrInvalidArgument (tokenbucket's ValidateRefund).
+type Refunder interface {
+	Store
+	Refund(ctx context.Context, key string, r Request) (Decision, error)
+}

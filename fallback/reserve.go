@@ -22,7 +22,7 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 	if err := tokenbucket.ValidateReserve(id, r, ttl); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	res, ok := s.primary.(tokenbucket.Reserver)
+	res, ok := s.primary.(ratelimit.Reserver)
 	if !ok {
 		return ratelimit.Decision{}, fmt.Errorf("fallback: the primary cannot hold reservations: %w", errors.ErrUnsupported)
 	}
@@ -53,14 +53,14 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 // as taken unless settled again before it expires.
 //
 // A settle by token, whose key is a namespace's prefix alone (see
-// tokenbucket.Reserver), finds the reservation by its id in either place. Its
+// ratelimit.Reserver), finds the reservation by its id in either place. Its
 // partition (see Partitioner) is that of the reservation's record, in the
 // slot the id names: the bucket's.
 func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error) {
 	if err := tokenbucket.ValidateSettle(id, r, actual); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	res, ok := s.primary.(tokenbucket.Reserver)
+	res, ok := s.primary.(ratelimit.Reserver)
 	if !ok {
 		return ratelimit.Decision{}, fmt.Errorf("fallback: the primary cannot hold reservations: %w", errors.ErrUnsupported)
 	}
@@ -139,7 +139,7 @@ func (s *Store) Refund(ctx context.Context, key string, r ratelimit.Request) (ra
 	if err := tokenbucket.ValidateRefund(r); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	res, ok := s.primary.(tokenbucket.Refunder)
+	res, ok := s.primary.(ratelimit.Refunder)
 	if !ok {
 		return ratelimit.Decision{}, fmt.Errorf("fallback: the primary cannot refund: %w", errors.ErrUnsupported)
 	}

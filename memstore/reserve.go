@@ -123,7 +123,7 @@ func (rs *reservations) sweep(clock int64) {
 // a record (settled already, or expired) nothing changes, and the error wraps
 // ratelimit.ErrNotReserved beside the bucket's standing. When key is a
 // namespace's prefix alone, or empty (a settle by token: see
-// tokenbucket.Reserver), the bucket is the one the record names, when it is
+// ratelimit.Reserver), the bucket is the one the record names, when it is
 // in the namespace; without such a record the Decision is zero.
 func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error) {
 	if err := tokenbucket.ValidateSettle(id, r, actual); err != nil {

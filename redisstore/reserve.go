@@ -32,7 +32,7 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 // ratelimit.ErrNotReserved beside the bucket's standing.
 //
 // When key is a namespace's prefix alone, or empty (a settle by token, which
-// does not know the bucket: see tokenbucket.Reserver), the call's one key is
+// does not know the bucket: see ratelimit.Reserver), the call's one key is
 // the record, found by its id, which names the bucket's slot (a
 // ratelimit token), and the script settles the bucket the record names, when
 // that is in the namespace: still one atomic call, on Redis Cluster too, the

@@ -29,8 +29,8 @@
 // instant admit exactly the capacity; and that the store itself refuses
 // an invalid Request with an error wrapping ratelimit.ErrInvalidArgument.
 //
-// A store that is a tokenbucket.Reserver must also be a
-// tokenbucket.Refunder; its cases check that a settle refunds what was
+// A store that is a ratelimit.Reserver must also be a
+// ratelimit.Refunder; its cases check that a settle refunds what was
 // reserved and not used, once, from any Limiter; that an overrun is
 // charged into debt down to minus the capacity; that each limit keeps its
 // own cost; that a reservation is found only under its own key; and that

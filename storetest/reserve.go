@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // hold is the lifetime of the suite's reservations.
@@ -170,7 +169,7 @@ var reserveCases = []envCase{
 		// The store asked to settle the reservation on another subject's
 		// bucket.
 		r := ratelimit.Request{Limits: l.Limits(), Now: e.clock.Now()}
-		if _, err := l.Store().(tokenbucket.Reserver).Settle(e.ctx, l.Key("t"), rv.Token(), r, []int64{0}); !errors.Is(err, ratelimit.ErrNotReserved) {
+		if _, err := l.Store().(ratelimit.Reserver).Settle(e.ctx, l.Key("t"), rv.Token(), r, []int64{0}); !errors.Is(err, ratelimit.ErrNotReserved) {
 			t.Fatalf("the id on another subject: %v; want ErrNotReserved", err)
 		}
 		elsewhere, err := ratelimit.New[string](l.Store(), ratelimit.PerMinute(100), ratelimit.WithNamespace(l.Namespace()+"-other"), ratelimit.WithClock(e.clock.Now))
@@ -185,7 +184,7 @@ var reserveCases = []envCase{
 	}},
 	{"a refund gives a cost back, capped at capacity", func(t *testing.T, e *env) {
 		l := e.newLimiter(ratelimit.PerMinute(3), ratelimit.PerMinute(1000))
-		store, ok := l.Store().(tokenbucket.Refunder)
+		store, ok := l.Store().(ratelimit.Refunder)
 		if !ok {
 			t.Fatalf("%T holds reservations but cannot refund", l.Store())
 		}
@@ -232,7 +231,7 @@ var reserveCases = []envCase{
 		if _, err := rv.Settle(e.ctx, 1, 10); err != nil {
 			t.Fatalf("the valid settle after them: %v", err)
 		}
-		store := l.Store().(tokenbucket.Reserver)
+		store := l.Store().(ratelimit.Reserver)
 		key := l.Key("s")
 		r := ratelimit.Request{Limits: l.Limits(), Cost: 1, Now: e.clock.Now()}
 		if _, err := store.Reserve(e.ctx, key, "", r, hold); !errors.Is(err, ratelimit.ErrInvalidArgument) {

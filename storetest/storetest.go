@@ -10,12 +10,11 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
 	"github.com/exactlimit/ratelimit/internal/testkit"
-	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // Run runs the behaviour suite, one subtest per case, each over a store
 // from newStore: the cases of every Store, then those of a
-// tokenbucket.Reserver and of a ratelimit.BatchStore, which are skipped
+// ratelimit.Reserver and of a ratelimit.BatchStore, which are skipped
 // when the store lacks the capability. Run calls newStore once per case,
 // from the case's subtest, which newStore may use for t.Cleanup or
 // t.Fatal. newStore may return a new store each time or the same one (a
@@ -23,8 +22,8 @@ import (
 // namespace of its own, so the store may also be shared with other tests.
 func Run(t *testing.T, newStore func(t *testing.T) ratelimit.Store) {
 	runCases(t, newStore, cases, "", nil)
-	runCases(t, newStore, reserveCases, "tokenbucket.Reserver", func(s ratelimit.Store) bool {
-		_, ok := s.(tokenbucket.Reserver)
+	runCases(t, newStore, reserveCases, "ratelimit.Reserver", func(s ratelimit.Store) bool {
+		_, ok := s.(ratelimit.Reserver)
 		return ok
 	})
 	for _, tc := range batchCases {

@@ -1,7 +1,6 @@
 package tokenbucket
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -102,39 +101,4 @@ func ValidateRefund(r ratelimit.Request) error {
 // limit's capacity: Settle of a reservation of that cost that used nothing.
 func (st *State) Refund(r ratelimit.Request, now int64) (d ratelimit.Decision, ttl time.Duration, write bool) {
 	return st.Settle(r, Held(r), make([]int64, len(r.Limits)), now)
-}
-
-// Reserver is what a ratelimit.Store has when it holds reservations (see
-// ratelimit.Limiter.Reserve); memstore, redisstore and package fallback have
-// it.
-//
-// Reserve decides r against the bucket at key as Apply does and, when it is
-// allowed, records reservation id for ttl, beside the bucket: what each limit
-// took (see Held), and key. An id names one reservation of the store, whatever
-// its bucket: Limiter.Reserve makes 128 random bits and the bucket's Redis
-// Cluster slot, so that a store on Cluster can keep the record in the
-// bucket's slot, under a key made of the slot and the id alone.
-//
-// Settle settles reservation id on r's limits with actual, the tokens each
-// used (see State.Settle), reading and deleting the record in the same atomic
-// step, so that of any number of settles of one reservation, from any
-// processes, one finds it. key is the bucket's key, whose reservation id must
-// be (a record of another bucket is not found); or, for a settle that knows
-// only the id (Limiter.Settle, by token), a namespace's prefix alone
-// ("3:api:", the key of the empty subject) or "" for any namespace: the
-// store then settles the bucket the record names, when its key starts with
-// key, in the same atomic step. Without such a record it changes nothing,
-// and its error wraps ratelimit.ErrNotReserved beside the bucket's standing
-// (a zero Decision when key is a prefix). Both check their arguments first
-// (ValidateReserve, ValidateSettle).
-type Reserver interface {
-	Reserve(ctx context.Context, key, id string, r ratelimit.Request, ttl time.Duration) (ratelimit.Decision, error)
-	Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error)
-}
-
-// Refunder is what a store has when it can give a cost back without a
-// reservation (State.Refund), for a protocol that refunds so (Envoy's negative
-// hits); memstore, redisstore and package fallback have it.
-type Refunder interface {
-	Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error)
 }

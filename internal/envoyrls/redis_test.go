@@ -18,7 +18,6 @@ import (
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/redistest"
 	"github.com/exactlimit/ratelimit/redisstore"
-	"github.com/exactlimit/ratelimit/tokenbucket"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -38,7 +37,7 @@ func (p prefixed) Reset(ctx context.Context, key string) error {
 }
 
 func (p prefixed) Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
-	return p.Store.(tokenbucket.Refunder).Refund(ctx, p.prefix+key, r)
+	return p.Store.(ratelimit.Refunder).Refund(ctx, p.prefix+key, r)
 }
 
 func (p prefixed) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error {

@@ -25,7 +25,6 @@ import (
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/clock"
 	"github.com/exactlimit/ratelimit/internal/units"
-	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // Bounds on a request. A request beyond them is INVALID_ARGUMENT. Keys and
@@ -756,7 +755,7 @@ func (s *Service) refund(ctx context.Context, checks []check) error {
 		if c.hits == 0 {
 			b.d, err = c.lim.Peek(ctx, c.subject)
 		} else {
-			rf, ok := s.store.(tokenbucket.Refunder)
+			rf, ok := s.store.(ratelimit.Refunder)
 			if !ok {
 				return fmt.Errorf("envoyrls: is_negative_hits needs a store that refunds: %w", errors.ErrUnsupported)
 			}

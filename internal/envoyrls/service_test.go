@@ -22,7 +22,6 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
-	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
 // e2eConfig is written in the peer's format, with every feature, plus burst.
@@ -559,7 +558,7 @@ type plain struct{ ratelimit.Store }
 
 // Refund is the store's: plain hides ApplyAll only.
 func (p plain) Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
-	return p.Store.(tokenbucket.Refunder).Refund(ctx, key, r)
+	return p.Store.(ratelimit.Refunder).Refund(ctx, key, r)
 }
 
 // TestSequentialPath runs every feature on a store without ApplyAll: one

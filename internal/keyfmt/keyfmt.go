@@ -173,7 +173,7 @@ func IDSlot(id string) (slot uint16, ok bool) {
 
 // IsPrefix reports whether key is a namespace's prefix alone (see Prefix),
 // or empty: the key a settle by id alone passes a store in place of its
-// bucket's, which it does not know (see tokenbucket.Reserver).
+// bucket's, which it does not know (see ratelimit.Reserver).
 func IsPrefix(key string) bool {
 	prefix, subject := Split(key)
 	return subject == "" && prefix == key
