@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/exactlimit/ratelimit/internal/arith"
@@ -25,6 +26,17 @@ type Store interface {
 	// Reset deletes the bucket at key, so that its next check starts full.
 	Reset(ctx context.Context, key string) error
 }
+
+// ErrUnavailable is wrapped by the error of a store that could not be
+// reached or did not answer in time: a refused, reset or lost connection, a
+// network timeout, a server that says it cannot serve the key right now. The
+// store did not decide, though a call it sent may have been applied, its
+// reply lost. A store wraps it around the failures it recognises (redisstore
+// around go-redis's), and package fallback marks a store down on it, and
+// wraps it around the answer of its ReturnError behaviour. An answer that
+// would be the same again (an invalid argument, a corrupt bucket, a refused
+// credential) does not wrap it, nor does the caller's own cancellation.
+var ErrUnavailable = errors.New("ratelimit: store unavailable")
 
 // Request is one check as a Store receives it.
 type Request struct {

@@ -15,7 +15,7 @@ var _ ratelimit.BatchStore = (*Store)(nil)
 // through the primary while every item's partition is alive, and with the
 // outage behaviour otherwise: LocalFallback decides them as one on the local
 // buckets (under the fleet share), FailOpen admits them all, FailClosed
-// denies them all, and ReturnError returns an error wrapping ErrUnavailable.
+// denies them all, and ReturnError returns an error wrapping ratelimit.ErrUnavailable.
 // A primary call that fails with an unreachable error marks the first item's
 // partition down. The primary must be a ratelimit.BatchStore (memstore and
 // redisstore are); otherwise ApplyAll returns an error wrapping
@@ -121,7 +121,7 @@ func (s *Store) serveAll(ctx context.Context, items []ratelimit.BatchItem, p *pa
 		return nil
 	}
 	if cause != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, cause)
+		return wrapUnavailable(cause)
 	}
 	return p.unavailable()
 }

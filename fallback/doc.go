@@ -10,7 +10,7 @@
 // call, and every following one, with the Outage chosen by
 // WithOutage:
 //
-//   - ReturnError (the default): an error wrapping ErrUnavailable. The caller
+//   - ReturnError (the default): an error wrapping ratelimit.ErrUnavailable. The caller
 //     decides.
 //   - FailOpen: admitted without a check, as a full bucket would admit it.
 //     The Decision's Source is SourceFailOpen and it is not Enforced.
@@ -57,11 +57,13 @@
 //
 // # Which errors mark the primary down
 //
-// IsUnreachable is the default classification: refused, reset and aborted
-// connections, EOF, network and I/O timeouts, WithTimeout's own deadline
-// expiring while the primary was being asked, a connection pool timeout, and the
-// replies with which Redis says it cannot serve the key right now (LOADING,
-// MASTERDOWN, CLUSTERDOWN, TRYAGAIN). Not an invalid argument, not a corrupt
+// IsUnreachable is the default classification: an error wrapping
+// ratelimit.ErrUnavailable, with which a store reports that it could not be
+// reached (redisstore wraps it around a connection pool timeout and the
+// replies with which Redis says it cannot serve the key right now: LOADING,
+// MASTERDOWN, CLUSTERDOWN, TRYAGAIN), and from any store refused, reset and
+// aborted connections, EOF, network and I/O timeouts, and WithTimeout's own
+// deadline expiring while the primary was being asked. Not an invalid argument, not a corrupt
 // bucket (tokenbucket.ErrCorruptState), not a refusal of credentials
 // (WRONGPASS, NOAUTH, NOPERM), and never the caller's own deadline or
 // cancellation: a check whose context ended is answered by the outage

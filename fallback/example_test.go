@@ -60,7 +60,7 @@ func Example_behaviours() {
 		fmt.Printf("%-14s allowed=%-5v source=%-11v enforced=%-5v err=%v\n", o, d.Allowed, d.Source, d.Enforced(), err)
 	}
 	// Output:
-	// return-error   allowed=false source=store       enforced=true  err=fallback: store unavailable: dial tcp: connection refused
+	// return-error   allowed=false source=store       enforced=true  err=ratelimit: store unavailable: dial tcp: connection refused
 	// fail-open      allowed=true  source=fail-open   enforced=false err=<nil>
 	// fail-closed    allowed=false source=fail-closed enforced=false err=<nil>
 	// local-fallback allowed=true  source=local       enforced=true  err=<nil>

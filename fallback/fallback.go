@@ -22,11 +22,6 @@ type splitStore interface {
 
 var _ splitStore = (*Store)(nil)
 
-// ErrUnavailable is wrapped by the error a Store returns when the primary
-// cannot be reached and the outage behaviour is ReturnError, and by Reset
-// while the primary is down.
-var ErrUnavailable = errors.New("fallback: store unavailable")
-
 // DefaultProbeInterval is ProbeForever's interval when it is given none.
 const DefaultProbeInterval = 100 * time.Millisecond
 
@@ -322,7 +317,7 @@ func (s *Store) apply(ctx context.Context, prefix, key string, r ratelimit.Reque
 
 // Reset deletes the bucket at key in the primary and in this process. While
 // the primary is down, or when it cannot be reached, only the local bucket
-// is deleted and the error wraps ErrUnavailable, whatever the outage
+// is deleted and the error wraps ratelimit.ErrUnavailable, whatever the outage
 // behaviour: the shared bucket was not reset.
 func (s *Store) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
@@ -428,7 +423,7 @@ func (s *Store) serve(ctx context.Context, prefix, key string, r ratelimit.Reque
 		return s.applyLocal(ctx, prefix, key, r)
 	}
 	if cause != nil {
-		return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, cause)
+		return ratelimit.Decision{}, wrapUnavailable(cause)
 	}
 	return ratelimit.Decision{}, p.unavailable()
 }

@@ -87,8 +87,8 @@ func TestOutageBehaviours(t *testing.T) {
 		check  func(t *testing.T, d ratelimit.Decision, err error, first bool)
 	}{
 		{ReturnError, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
-			if !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("err = %v, want ErrUnavailable", err)
+			if !errors.Is(err, ratelimit.ErrUnavailable) {
+				t.Fatalf("err = %v, want ratelimit.ErrUnavailable", err)
 			}
 			if got := errors.Is(err, syscall.ECONNREFUSED); got != first {
 				t.Errorf("errors.Is(err, ECONNREFUSED) = %v, want %v (only the call that saw it wraps it)", got, first)
@@ -744,8 +744,8 @@ func TestPartitions(t *testing.T) {
 		}
 	}
 	deadPart.Store("a")
-	if _, err := s.Apply(ctx, "a2", req(perMinute100, 1, time.Time{})); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("a key of the dead partition: %v, want ErrUnavailable", err)
+	if _, err := s.Apply(ctx, "a2", req(perMinute100, 1, time.Time{})); !errors.Is(err, ratelimit.ErrUnavailable) {
+		t.Fatalf("a key of the dead partition: %v, want ratelimit.ErrUnavailable", err)
 	}
 	for _, k := range []string{"b2", "c2", "b3"} {
 		if d, err := s.Apply(ctx, k, req(perMinute100, 1, time.Time{})); err != nil || d.Source != ratelimit.SourceStore {
@@ -768,8 +768,8 @@ func TestPartitions(t *testing.T) {
 		t.Fatal("want every partition alive after a probe that reached them all")
 	}
 	s.MarkDown()
-	if _, err := s.Apply(ctx, "c3", req(perMinute100, 1, time.Time{})); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("after MarkDown: %v, want ErrUnavailable on every partition", err)
+	if _, err := s.Apply(ctx, "c3", req(perMinute100, 1, time.Time{})); !errors.Is(err, ratelimit.ErrUnavailable) {
+		t.Errorf("after MarkDown: %v, want ratelimit.ErrUnavailable on every partition", err)
 	}
 	s.MarkAlive()
 	if _, err := s.Apply(ctx, "a3", req(perMinute100, 1, time.Time{})); err != nil {
@@ -878,8 +878,8 @@ func TestPartitionsFollowAFailover(t *testing.T) {
 	t.Run("a dead partition whose keys moved is forgotten and stops holding IsAlive down", func(t *testing.T) {
 		s, m, events := newStore(t)
 		m.set(func() { m.dead["a"] = true })
-		if _, err := s.Apply(ctx, "a2", req(perMinute100, 1, time.Time{})); !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("a key of the dead partition: %v, want ErrUnavailable", err)
+		if _, err := s.Apply(ctx, "a2", req(perMinute100, 1, time.Time{})); !errors.Is(err, ratelimit.ErrUnavailable) {
+			t.Fatalf("a key of the dead partition: %v, want ratelimit.ErrUnavailable", err)
 		}
 		if s.Probe(ctx) || s.IsAlive() {
 			t.Fatal("Probe or IsAlive true while a's keys still map to the dead partition")
@@ -942,8 +942,8 @@ func TestPartitionsFollowAFailover(t *testing.T) {
 		// A key whose slot the dead partition still owns (say a slot
 		// migration moved only some): the first check finds it down again.
 		m.set(func() { m.moved["x"] = "a" })
-		if _, err := s.Apply(ctx, "x1", req(perMinute100, 1, time.Time{})); !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("a key of the dead partition: %v, want ErrUnavailable", err)
+		if _, err := s.Apply(ctx, "x1", req(perMinute100, 1, time.Time{})); !errors.Is(err, ratelimit.ErrUnavailable) {
+			t.Fatalf("a key of the dead partition: %v, want ratelimit.ErrUnavailable", err)
 		}
 		if s.Probe(ctx) || s.IsAlive() {
 			t.Error("Probe or IsAlive true while a key maps to the dead partition")
@@ -983,15 +983,15 @@ func TestReset(t *testing.T) {
 	}
 	p.set(refused)
 	drain() // marks down, then drains the local bucket
-	if err := s.Reset(ctx, "k"); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Reset while down: %v, want ErrUnavailable", err)
+	if err := s.Reset(ctx, "k"); !errors.Is(err, ratelimit.ErrUnavailable) {
+		t.Fatalf("Reset while down: %v, want ratelimit.ErrUnavailable", err)
 	}
 	if d, _ := s.Apply(ctx, "k", req(perMinute100, 1, clk.Now())); d.Remaining != 99 || d.Source != ratelimit.SourceLocal {
 		t.Fatalf("after Reset while down: %+v, want a full local bucket", d)
 	}
 	s.MarkAlive()
-	if err := s.Reset(ctx, "k"); !errors.Is(err, ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) || s.IsAlive() {
-		t.Fatalf("Reset on a refused primary: %v, alive %v; want ErrUnavailable wrapping the cause, and down", err, s.IsAlive())
+	if err := s.Reset(ctx, "k"); !errors.Is(err, ratelimit.ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) || s.IsAlive() {
+		t.Fatalf("Reset on a refused primary: %v, alive %v; want ratelimit.ErrUnavailable wrapping the cause, and down", err, s.IsAlive())
 	}
 }
 

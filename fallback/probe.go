@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/exactlimit/ratelimit"
 )
 
 // minProbeBound is the least time ProbeForever gives one probe.
@@ -89,9 +91,19 @@ func (s *Store) up(ctx context.Context, p *part, gen uint64) {
 // mistake an instant answer for the caller's deadline.
 func (p *part) unavailable() error {
 	if c := p.cause.Load(); c != nil {
-		return fmt.Errorf("%w (down since %s: %v)", ErrUnavailable, c.at.Format(time.RFC3339Nano), c.err)
+		return fmt.Errorf("%w (down since %s: %v)", ratelimit.ErrUnavailable, c.at.Format(time.RFC3339Nano), c.err)
 	}
-	return ErrUnavailable
+	return ratelimit.ErrUnavailable
+}
+
+// wrapUnavailable returns cause, the error that found the primary down, wrapped
+// in ratelimit.ErrUnavailable: cause itself when it wraps it already, as the
+// errors of redisstore and of a nested Store do.
+func wrapUnavailable(cause error) error {
+	if errors.Is(cause, ratelimit.ErrUnavailable) {
+		return cause
+	}
+	return fmt.Errorf("%w: %w", ratelimit.ErrUnavailable, cause)
 }
 
 // partition returns the flag that guards key.

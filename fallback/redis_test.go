@@ -348,7 +348,7 @@ func TestProxyDropAndStall(t *testing.T) {
 // both with a liveness flag per master: the checks of the
 // other masters' subjects never fail and never leave the shared buckets; the
 // checks of the killed master's subjects fall back (LocalFallback) or fail
-// with ErrUnavailable (ReturnError), and only between the kill and the end
+// with ratelimit.ErrUnavailable (ReturnError), and only between the kill and the end
 // of the failover plus the time to see the new topology (bound: 2 s, a
 // cluster-state reload, which go-redis spaces 200 ms apart, and a probe
 // interval, with room for a loaded machine); afterwards they are decided by
@@ -480,10 +480,10 @@ func TestClusterFailover(t *testing.T) {
 		switch {
 		case e.err == nil && e.d.Source == ratelimit.SourceLocal:
 			badLocal++
-		case errors.Is(e.err, ErrUnavailable):
+		case errors.Is(e.err, ratelimit.ErrUnavailable):
 			badErr++
 		default:
-			t.Errorf("a check of %s: %+v, %v; want a local decision or ErrUnavailable", e.subject, e.d, e.err)
+			t.Errorf("a check of %s: %+v, %v; want a local decision or ratelimit.ErrUnavailable", e.subject, e.d, e.err)
 		}
 		if e.start.Before(killAt) && e.end.Before(killAt) {
 			t.Errorf("a check of %s left the shared store before the kill: %+v, %v", e.subject, e.d, e.err)
@@ -504,7 +504,7 @@ func TestClusterFailover(t *testing.T) {
 	t.Logf("FIGURE cluster: slowest check on the other masters took %v, %v after the kill", slowOther.took(), slowOther.start.Sub(killAt))
 	failover := failoverAt.Sub(killAt)
 	window := lastBad.Sub(killAt)
-	t.Logf("FIGURE cluster: failover (kill to promoted replica serving) %v; the victim's subjects off the shared store from %v to %v after the kill, i.e. back %v after the failover (bound %v); %d local decisions, %d ErrUnavailable, %d off-store checks on the other masters; %d checks",
+	t.Logf("FIGURE cluster: failover (kill to promoted replica serving) %v; the victim's subjects off the shared store from %v to %v after the kill, i.e. back %v after the failover (bound %v); %d local decisions, %d ratelimit.ErrUnavailable, %d off-store checks on the other masters; %d checks",
 		failover, firstBad.Sub(killAt), window, lastBad.Sub(failoverAt), reloadBound, badLocal, badErr, otherBad, len(events))
 	if badLocal == 0 || badErr == 0 {
 		t.Errorf("the kill was not seen: %d local decisions, %d errors", badLocal, badErr)

@@ -48,7 +48,7 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 // the primary does not hold it or is down, in this process, where
 // LocalFallback reserved it during an outage. A settle
 // of a reservation held by the primary while the primary is down, or that
-// fails to reach it, changes nothing and its error wraps ErrUnavailable,
+// fails to reach it, changes nothing and its error wraps ratelimit.ErrUnavailable,
 // whatever the outage behaviour: the reservation stays on the primary, kept
 // as taken unless settled again before it expires.
 //
@@ -89,12 +89,12 @@ func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request,
 
 // unavailable is the error of an operation that only the primary can do,
 // which guard found down: err, the error that found it so, or the
-// partition's cause when it was down already, wrapped in ErrUnavailable.
+// partition's cause when it was down already, wrapped in ratelimit.ErrUnavailable.
 func (s *Store) unavailable(ctx context.Context, key string, err error) error {
 	if err == nil {
 		return s.partition(ctx, key).unavailable()
 	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	return wrapUnavailable(err)
 }
 
 // guard calls the primary for key, as apply does a check: not while key's
@@ -134,7 +134,7 @@ var errOutage = errors.New("fallback: primary down")
 // Refund gives r's cost back to the bucket at key (see memstore's and
 // redisstore's Refund): on the primary while it is alive; while it is down,
 // under LocalFallback to the local bucket, and otherwise not at all, with an
-// error wrapping ErrUnavailable.
+// error wrapping ratelimit.ErrUnavailable.
 func (s *Store) Refund(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
 	if err := tokenbucket.ValidateRefund(r); err != nil {
 		return ratelimit.Decision{}, err

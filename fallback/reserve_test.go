@@ -36,8 +36,8 @@ func TestReservationsAcrossAnOutage(t *testing.T) {
 	if err != nil || !local.Decision.Allowed || local.Decision.Source != ratelimit.SourceLocal || local.Decision.Remaining != 70 {
 		t.Fatalf("reserve during the outage = %+v, %v; want the local bucket's", local, err)
 	}
-	if _, err := onPrimary.Settle(ctx, 10); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("settle of the primary's reservation during the outage: %v; want ErrUnavailable", err)
+	if _, err := onPrimary.Settle(ctx, 10); !errors.Is(err, ratelimit.ErrUnavailable) {
+		t.Fatalf("settle of the primary's reservation during the outage: %v; want ratelimit.ErrUnavailable", err)
 	}
 	primary.set(up)
 	s.Probe(ctx)
@@ -60,7 +60,7 @@ func TestReservationOutageBehaviours(t *testing.T) {
 		allowed bool
 		err     error
 	}{
-		{ReturnError, false, ErrUnavailable},
+		{ReturnError, false, ratelimit.ErrUnavailable},
 		{FailOpen, true, nil},
 		{FailClosed, false, nil},
 	} {
@@ -126,8 +126,8 @@ func TestSettleByTokenAcrossAnOutage(t *testing.T) {
 	if err != nil || d.Source != ratelimit.SourceLocal || d.Remaining != 70 {
 		t.Fatalf("settle by token during the outage = %+v, %v; want the local bucket refunded 20", d, err)
 	}
-	if _, err := other.Settle(ctx, onPrimary.Token(), 10); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("settle by token of the primary's reservation during the outage: %v; want ErrUnavailable", err)
+	if _, err := other.Settle(ctx, onPrimary.Token(), 10); !errors.Is(err, ratelimit.ErrUnavailable) {
+		t.Fatalf("settle by token of the primary's reservation during the outage: %v; want ratelimit.ErrUnavailable", err)
 	}
 	primary.set(up)
 	s.Probe(ctx)
@@ -184,8 +184,8 @@ func TestSettleByTokenGoesToItsBucketsPartition(t *testing.T) {
 		t.Fatalf("reserve = %+v, %v", rv, err)
 	}
 	dead.Store(prefixPart)
-	if _, err := l.TryAcquire(ctx, down); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("a check in the dead partition: %v; want ErrUnavailable", err)
+	if _, err := l.TryAcquire(ctx, down); !errors.Is(err, ratelimit.ErrUnavailable) {
+		t.Fatalf("a check in the dead partition: %v; want ratelimit.ErrUnavailable", err)
 	}
 	d, err := l.Settle(ctx, rv.Token(), 10)
 	if err != nil || d.Source != ratelimit.SourceStore || d.Remaining != 90 {

@@ -69,9 +69,12 @@
 //
 // # Errors
 //
-// A store that cannot be reached returns the client's error, wrapped with the
-// key's namespace and a hash of its subject (never the subject itself); there
-// is no fallback here (see package fallback). A malformed bucket returns an
+// A call's error wraps the client's, with the key's namespace and a hash of
+// its subject (never the subject itself). When it says that Redis could not
+// be reached or did not answer in time (a refused, reset or lost connection,
+// a network timeout, go-redis's pool timeout, or a LOADING, MASTERDOWN,
+// CLUSTERDOWN or TRYAGAIN reply), it wraps ratelimit.ErrUnavailable too,
+// which package fallback takes for an outage; there is no fallback here. A malformed bucket returns an
 // error wrapping tokenbucket.ErrCorruptState and grants nothing; a reply that
 // is not the script's wraps ErrUnexpectedReply.
 package redisstore
