@@ -8,6 +8,7 @@ import (
 	"github.com/exactlimit/ratelimit/internal/arith"
 	"github.com/exactlimit/ratelimit/internal/clock"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/internal/storehook"
 )
 
 // defaultNamespace is the namespace of a Limiter built without
@@ -26,20 +27,12 @@ type Limiter[K any] struct {
 	prefix string
 	encode func(K) string
 	clock  func() time.Time
-	split  splitStore                                 // store, when it takes keys in two parts
-	cache  *denyCache                                 // nil without WithDenyCache
-	obs    Observer                                   // nil without WithObserver
-	leases *leases                                    // nil without WithLeases
-	sleep  func(context.Context, time.Duration) error // Wait's sleep
-	jitter func(n int64) int64                        // Wait's jitter, in [0, n)
-}
-
-// splitStore is a Store that takes a key in two parts, prefix and subject,
-// sparing the Limiter the allocation of joining them; it decides exactly as
-// Apply(ctx, prefix+subject, r) would. memstore has it, and fallback passes
-// it through.
-type splitStore interface {
-	ApplySplit(ctx context.Context, prefix, subject string, r Request) (Decision, error)
+	split  func(ctx context.Context, prefix, subject string, r Request) (Decision, error) // store's, when it takes keys in two parts
+	cache  *denyCache                                                                     // nil without WithDenyCache
+	obs    Observer                                                                       // nil without WithObserver
+	leases *leases                                                                        // nil without WithLeases
+	sleep  func(context.Context, time.Duration) error                                     // Wait's sleep
+	jitter func(n int64) int64                                                            // Wait's jitter, in [0, n)
 }
 
 // Option configures a Limiter.
@@ -199,7 +192,7 @@ func NewEncoded[K any](store Store, encode func(K) string, limits []Limit, opts 
 	for _, lim := range limits {
 		l.minCap = min(l.minCap, lim.Capacity)
 	}
-	l.split, _ = store.(splitStore)
+	l.split = storehook.Split[Request, Decision](store)
 	if o.denyCache > 0 {
 		l.cache = newDenyCache(o.denyCache)
 	}
@@ -240,7 +233,7 @@ func (l *Limiter[K]) TryAcquireN(ctx context.Context, subject K, cost int64) (De
 		if err != nil {
 			return Decision{}, err
 		}
-		return l.split.ApplySplit(ctx, l.prefix, enc, r)
+		return l.split(ctx, l.prefix, enc, r)
 	}
 	key, r, err := l.Request(subject, cost)
 	if err != nil {

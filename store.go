@@ -176,3 +176,13 @@ type Refunder interface {
 	Store
 	Refund(ctx context.Context, key string, r Request) (Decision, error)
 }
+
+// Pinger is a Store that can tell whether it can be reached without deciding
+// anything or touching a bucket (for Redis, a PING): redisstore is a Pinger.
+// Package fallback's probe pings a primary that is one, and otherwise peeks
+// at a key no Limiter uses. Ping returns nil when the store answered within
+// ctx.
+type Pinger interface {
+	Store
+	Ping(ctx context.Context) error
+}

@@ -118,9 +118,9 @@
 //
 // # Redis Cluster
 //
-// One master down is not the whole cluster down. A primary that reports
-// partitions (see Partitioner; redisstore does on a ClusterClient, one per
-// master) gets one liveness flag per partition, each probed by a ping of its
+// One master down is not the whole cluster down. A redisstore.Store on a
+// ClusterClient reports its partitions to this package, one per master, and
+// so gets one liveness flag per partition, each probed by a ping of its
 // own: a dead master sends only its own subjects to the outage behaviour,
 // and the other masters' subjects keep their shared buckets. Nothing needs
 // wiring: fallback.New(redisstore.New(cc)) does it. A single server is one

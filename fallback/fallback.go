@@ -10,17 +10,10 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/clock"
+	"github.com/exactlimit/ratelimit/internal/storehook"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
-
-// splitStore is a store that takes a key in two parts, as the Limiter calls
-// a memstore.Store (the Limiter discovers the same method on this Store).
-type splitStore interface {
-	ApplySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error)
-}
-
-var _ splitStore = (*Store)(nil)
 
 // DefaultProbeInterval is ProbeForever's interval when it is given none.
 const DefaultProbeInterval = 100 * time.Millisecond
@@ -32,40 +25,28 @@ const probeKey = "fallback:probe"
 // probeLimits is the policy of the default probe's peek.
 var probeLimits = []ratelimit.Limit{{Capacity: 1, RefillTokens: 1, RefillPeriod: time.Second}}
 
-// Pinger is the optional capability of a primary Store to check that it can
-// be reached, without touching any bucket (for Redis, a PING). When the
-// primary has it and WithProbe is not given, Probe uses it.
-type Pinger interface {
-	// Ping returns nil when the store answered within ctx.
-	Ping(ctx context.Context) error
-}
-
-// Partitioner is the optional capability of a primary Store whose keys may
-// be kept by parts that fail on their own: redisstore over a Redis Cluster,
-// whose partitions are its masters. A Store whose primary has it and
-// reports partitions keeps one liveness flag per partition, so that a
-// master that fails sends only its own subjects to the outage behaviour.
-type Partitioner interface {
-	// Partitions returns the function that names the partition serving a
-	// key and the function that pings one partition, or nil ones when the
-	// store is one partition (a single Redis server).
-	Partitions() (partition func(ctx context.Context, key string) string, ping func(ctx context.Context, partition string) error)
-}
-
 // Store wraps a primary ratelimit.Store with an outage behaviour, a breaker
 // and a liveness probe. The zero Store is not usable; call New. A Store is
 // safe for simultaneous use by multiple goroutines.
 type Store struct {
 	config  // the options, as New completed them
 	primary ratelimit.Store
-	split   splitStore // primary, when it takes split keys
+	split   func(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) // primary's, when it takes split keys
 	local   *memstore.Store
+	// localSplit is local's applySplit.
+	localSplit func(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error)
 
 	single   *part    // the one flag, when the primary is one partition
 	parts    sync.Map // partition name -> *part, when it reports partitions
 	probing  atomic.Int32
 	interval atomic.Int64 // ProbeForever's interval, for kick
+
+	storeHooks // applySplit, for the Limiter
 }
+
+// storeHooks is what a Store offers the Limiter and no user calls (see
+// package storehook).
+type storeHooks = storehook.Hooks[ratelimit.Request, ratelimit.Decision]
 
 // Option configures a Store.
 type Option func(*config)
@@ -163,7 +144,7 @@ func WithClassifier(unreachable func(error) bool) Option {
 // server come back sooner than go-redis's pool does, which stops dialling
 // for about a second after as many failed dials as it has connections.
 // Without WithProbe, Probe uses the primary's Ping method when it has one
-// (see Pinger), and otherwise a peek at a key no Limiter uses, which writes
+// (see ratelimit.Pinger), and otherwise a peek at a key no Limiter uses, which writes
 // nothing.
 func WithProbe(ping func(ctx context.Context) error) Option {
 	return func(c *config) {
@@ -176,14 +157,14 @@ func WithProbe(ping func(ctx context.Context) error) Option {
 }
 
 // withPartitions keeps one liveness flag per partition of the primary
-// instead of one for all of it, with the functions a Partitioner reports
-// (New takes them from the primary; tests give their own). partition names
+// instead of one for all of it, with the functions a partitioned primary
+// offers (New takes them from a redisstore.Store on Cluster; tests give their
+// own). partition names
 // the partition that serves key, for example the address of the Redis
 // Cluster master that owns the key's slot; ping checks one partition, as
 // WithProbe checks the whole primary. A failure then marks down only the partition of the key that
 // failed, MarkDown and MarkAlive act on every partition in use, and Probe
-// pings every partition in use, at the same time. For a go-redis
-// ClusterClient, redisstore.Store's Partitions returns both functions.
+// pings every partition in use, at the same time.
 //
 // partition is called on every check, so it must be cheap and must not
 // block; go-redis's ClusterClient.MasterForKey reads its cached topology.
@@ -243,14 +224,16 @@ func New(primary ratelimit.Store, opts ...Option) (*Store, error) {
 		local:   memstore.New(memstore.WithClock(c.clock)),
 		single:  &part{},
 	}
-	s.split, _ = primary.(splitStore)
-	if pp, ok := primary.(Partitioner); ok && s.partOf == nil {
-		if partition, ping := pp.Partitions(); partition != nil && ping != nil {
+	storehook.OfferSplit(&s.storeHooks, s.applySplit)
+	s.localSplit = storehook.Split[ratelimit.Request, ratelimit.Decision](s.local)
+	s.split = storehook.Split[ratelimit.Request, ratelimit.Decision](primary)
+	if s.partOf == nil {
+		if partition, ping := storehook.Partitions[ratelimit.Request, ratelimit.Decision](primary); partition != nil && ping != nil {
 			s.partOf, s.pingPart = partition, ping
 		}
 	}
 	if s.ping == nil {
-		if p, ok := primary.(Pinger); ok {
+		if p, ok := primary.(ratelimit.Pinger); ok {
 			s.ping = p.Ping
 		} else {
 			s.ping = s.peekPrimary
@@ -269,14 +252,15 @@ func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (rat
 	return s.apply(ctx, "", key, r)
 }
 
-// ApplySplit is Apply on the key prefix+subject, which a Limiter calls
-// instead of building the key. The parts are joined only to ask a primary that is not a
-// splitStore itself (a redisstore.Store, which needs the whole
+// applySplit is Apply on the key prefix+subject, which a Limiter calls
+// instead of building the key (the Store offers it with
+// storehook.OfferSplit). The parts are joined only to ask a primary that
+// does not take them apart itself (a redisstore.Store, which needs the whole
 // key for Redis anyway), and, over a partitioned primary, before the
 // partition function is called; the local buckets of LocalFallback take
 // them apart. Over a memstore.Store, one partition, a check allocates no key,
 // whether the primary or the local bucket decides it.
-func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
+func (s *Store) applySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
 	return s.apply(ctx, prefix, subject, r)
 }
 
@@ -356,7 +340,7 @@ func (s *Store) callPrimary(ctx context.Context, prefix, key string, r ratelimit
 	case prefix == "":
 		return s.primary.Apply(ctx, key, r)
 	case s.split != nil:
-		return s.split.ApplySplit(ctx, prefix, key, r)
+		return s.split(ctx, prefix, key, r)
 	}
 	return s.primary.Apply(ctx, prefix+key, r)
 }
@@ -480,7 +464,7 @@ func (s *Store) applyLocal(ctx context.Context, prefix, key string, r ratelimit.
 	}
 	return s.onLocal(ctx, lr, func(ctx context.Context, lr ratelimit.Request) (ratelimit.Decision, error) {
 		if prefix != "" {
-			return s.local.ApplySplit(ctx, prefix, key, lr)
+			return s.localSplit(ctx, prefix, key, lr)
 		}
 		return s.local.Apply(ctx, key, lr)
 	})

@@ -230,7 +230,7 @@ func (s *Store) Probing() bool { return s.probing.Load() > 0 }
 // ctx a deadline: a ping of a hung primary waits for it (or for
 // WithTimeout).
 //
-// Over a partitioned primary (see Partitioner), a partition is in use while
+// Over a partitioned primary (redisstore on Cluster), a partition is in use while
 // the partition function still maps to it the key whose check created it.
 // Probe asks it before the ping and again after a failed one (which may have
 // reloaded the layout, as redisstore's ping does), and forgets a partition that no longer has that key: it

@@ -54,7 +54,7 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 //
 // A settle by token, whose key is a namespace's prefix alone (see
 // ratelimit.Reserver), finds the reservation by its id in either place. Its
-// partition (see Partitioner) is that of the reservation's record, in the
+// partition (on Cluster) is that of the reservation's record, in the
 // slot the id names: the bucket's.
 func (s *Store) Settle(ctx context.Context, key, id string, r ratelimit.Request, actual []int64) (ratelimit.Decision, error) {
 	if err := tokenbucket.ValidateSettle(id, r, actual); err != nil {

@@ -45,7 +45,7 @@ func TestApplySplitIsApplyOnTheJoinedKey(t *testing.T) {
 					var d ratelimit.Decision
 					var err error
 					if i%2 == 0 {
-						d, err = s.ApplySplit(ctx, prefix, subject, req(perMinute100, 1, time.Time{}))
+						d, err = s.applySplit(ctx, prefix, subject, req(perMinute100, 1, time.Time{}))
 					} else {
 						d, err = s.Apply(ctx, prefix+subject, req(perMinute100, 1, time.Time{}))
 					}
@@ -61,7 +61,7 @@ func TestApplySplitIsApplyOnTheJoinedKey(t *testing.T) {
 			}
 			if fake != nil {
 				fake.set(refused)
-				if d, err := s.ApplySplit(ctx, prefix, subject, req(perMinute100, 1, time.Time{})); err != nil || d.Source != ratelimit.SourceLocal {
+				if d, err := s.applySplit(ctx, prefix, subject, req(perMinute100, 1, time.Time{})); err != nil || d.Source != ratelimit.SourceLocal {
 					t.Fatalf("the check that finds the primary refused: %+v, %v; want a local decision", d, err)
 				}
 				s.Local().Reset(ctx, prefix+subject)
@@ -74,7 +74,7 @@ func TestApplySplitIsApplyOnTheJoinedKey(t *testing.T) {
 	t.Run("an invalid request is refused before anything is asked", func(t *testing.T) {
 		p := newFakePrimary(clk.Now)
 		s := mustNew(t, p)
-		if _, err := s.ApplySplit(ctx, prefix, subject, req(perMinute100, 0, time.Time{})); err == nil || p.calls.Load() != 0 {
+		if _, err := s.applySplit(ctx, prefix, subject, req(perMinute100, 0, time.Time{})); err == nil || p.calls.Load() != 0 {
 			t.Errorf("cost 0: %v after %d calls; want an invalid argument and no call", err, p.calls.Load())
 		}
 	})

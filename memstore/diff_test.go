@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/storehook"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/tokenbucket"
@@ -116,7 +117,7 @@ func TestApplyEqualsStep(t *testing.T) {
 				var got ratelimit.Decision
 				var err error
 				if prefix, subject, ok := cut(key); ok && rng.IntN(2) == 0 {
-					got, err = s.ApplySplit(ctx, prefix, subject, r)
+					got, err = storehook.Split[ratelimit.Request, ratelimit.Decision](s)(ctx, prefix, subject, r)
 				} else {
 					got, err = s.Apply(ctx, key, r)
 				}

@@ -50,6 +50,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/internal/storehook"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
@@ -82,7 +83,13 @@ type Store struct {
 	shards [shardCount]shard
 
 	reserved reservations // see Reserve
+
+	storeHooks // applySplit, for the Limiter and package fallback
 }
+
+// storeHooks is what a Store offers the Limiter and package fallback and no
+// user calls (see package storehook).
+type storeHooks = storehook.Hooks[ratelimit.Request, ratelimit.Decision]
 
 // policyKey is a policy in comparable form: its limits, zero beyond n.
 type policyKey struct {
@@ -221,6 +228,7 @@ func New(opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	storehook.OfferSplit(&s.storeHooks, s.applySplit)
 	s.base = s.start.UnixMicro()
 	if s.clock != nil {
 		s.base = s.clock().UnixMicro()
@@ -239,13 +247,14 @@ func New(opts ...Option) *Store {
 // keeps a copy of key, never key itself.
 func (s *Store) Apply(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
 	prefix, subject := keyfmt.Split(key)
-	return s.ApplySplit(ctx, prefix, subject, r)
+	return s.applySplit(ctx, prefix, subject, r)
 }
 
-// ApplySplit is Apply on the key prefix+subject, without joining them: the
-// store keeps prefix once for all its buckets. Limiter uses it (see
-// splitStore), so it is the one function a check runs through.
-func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
+// applySplit is Apply on the key prefix+subject, without joining them: the
+// store keeps prefix once for all its buckets. It is the one function a
+// check runs through: the Limiter and package fallback call it (the store
+// offers it with storehook.OfferSplit).
+func (s *Store) applySplit(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return ratelimit.Decision{}, err
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/storehook"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/storetest"
@@ -88,9 +89,10 @@ func TestCancelledContext(t *testing.T) {
 }
 
 func TestKeysOfAnyShape(t *testing.T) {
-	// Apply and ApplySplit reach the same bucket for a Limiter's keys, and
-	// keys that are not length-framed work too.
+	// Apply and the split key the Limiter hands it reach the same bucket
+	// for a Limiter's keys, and keys that are not length-framed work too.
 	s := memstore.New(memstore.WithClock(testkit.NewClock(testkit.Start).Now))
+	applySplit := storehook.Split[ratelimit.Request, ratelimit.Decision](s)
 	ctx := context.Background()
 	r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerHour(3)}, Cost: 1}
 	for _, k := range []struct{ prefix, subject string }{
@@ -102,14 +104,14 @@ func TestKeysOfAnyShape(t *testing.T) {
 		{"x:", "y"},
 		{"0::", ""},
 	} {
-		if d, err := s.ApplySplit(ctx, k.prefix, k.subject, r); err != nil || d.Remaining != 2 {
+		if d, err := applySplit(ctx, k.prefix, k.subject, r); err != nil || d.Remaining != 2 {
 			t.Fatalf("ApplySplit(%q, %q) = %+v, %v; want 2 left", k.prefix, k.subject, d, err)
 		}
 		if d, err := s.Apply(ctx, k.prefix+k.subject, r); err != nil || d.Remaining != 1 {
 			t.Fatalf("Apply(%q) = %+v, %v; want 1 left: the same bucket", k.prefix+k.subject, d, err)
 		}
 		s.Reset(ctx, k.prefix+k.subject)
-		if d, _ := s.ApplySplit(ctx, k.prefix, k.subject, r); d.Remaining != 2 {
+		if d, _ := applySplit(ctx, k.prefix, k.subject, r); d.Remaining != 2 {
 			t.Fatalf("after Reset(%q), ApplySplit = %+v; want a full bucket", k.prefix+k.subject, d)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 
 // clusterPartitions returns the partition and ping functions a Store on
 // the Redis Cluster behind cc reports to package fallback (see
-// Store.Partitions), one partition per master. A key's partition is the address of the master that owns its slot in cc's
+// Store.partition), one partition per master. A key's partition is the address of the master that owns its slot in cc's
 // cached layout ("" before cc has one), read without I/O. A partition's ping
 // is a PING of that master on a connection of its own, dialled for the ping
 // and closed after it, because go-redis's pool re-dials only about once a

@@ -86,6 +86,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/script"
+	"github.com/exactlimit/ratelimit/internal/storehook"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -108,7 +109,13 @@ type Store struct {
 	probeOpts  *redis.Options // for Ping on a single server, read at New
 	probe      *redis.Client  // Ping's own connection to a single server
 	pingMaster func(ctx context.Context, addr string) error
+
+	storeHooks // on Cluster, the partitions, for package fallback
 }
+
+// storeHooks is what a Store offers package fallback and no user calls (see
+// package storehook).
+type storeHooks = storehook.Hooks[ratelimit.Request, ratelimit.Decision]
 
 // Option configures a Store.
 type Option func(*Store)
@@ -147,6 +154,9 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		o(s)
 	}
 	s.cluster, _ = client.(*redis.ClusterClient)
+	if s.cluster != nil {
+		storehook.OfferPartitions(&s.storeHooks, s.partition, s.pingPartition)
+	}
 	if c, ok := client.(*redis.Client); ok {
 		// Read once, now: go-redis may write a client's Options while it
 		// opens a connection.
@@ -277,24 +287,13 @@ func (s *Store) Close() error {
 	return err
 }
 
-// Partitions reports the store's partitions to package fallback (see
-// fallback.Partitioner): on Cluster one per master, named by its address,
-// with a ping of that master alone; on a single server nil functions, since
-// it is one partition. fallback.New(redisstore.New(cc)) so keeps one liveness
-// flag per master with no more wiring.
-func (s *Store) Partitions() (partition func(ctx context.Context, key string) string, ping func(ctx context.Context, partition string) error) {
-	if s.cluster == nil {
-		return nil, nil
-	}
-	return s.partition, s.pingPartition
-}
-
 // partition names the partition of the server that keeps key's bucket: on
 // Cluster the address of the master that owns the key's slot in the client's
 // cached layout ("" before it has one), read without I/O; on a single server
-// "", one partition for every key. Package fallback keeps a liveness flag
-// per partition (see fallback.Partitioner), so a Cluster master that fails
-// leaves the other masters' subjects on the shared buckets.
+// "", one partition for every key. On Cluster the store offers it, with
+// pingPartition, to package fallback (storehook.OfferPartitions), which keeps
+// a liveness flag per partition, so that a master that fails leaves the
+// other masters' subjects on the shared buckets.
 func (s *Store) partition(ctx context.Context, key string) string {
 	if s.cluster == nil {
 		return ""
