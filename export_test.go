@@ -1,5 +1,7 @@
 package ratelimit
 
+import "sync/atomic"
+
 // SetWaitJitter replaces the jitter source of l's Wait (a random number in
 // [0, n)), so that tests can predict every sleep.
 func SetWaitJitter[K any](l *Limiter[K], jitter func(n int64) int64) { l.jitter = jitter }
@@ -28,3 +30,8 @@ func WaitLeaseReturns[K any](l *Limiter[K]) {
 
 // LeaseReturnQueue is the most give-backs of leases a limiter leaves waiting.
 const LeaseReturnQueue = leaseReturnQueue
+
+// PolicyChecks counts the policies validateLimits has checked.
+var PolicyChecks atomic.Int64
+
+func init() { policyChecked = func() { PolicyChecks.Add(1) } }

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -128,9 +129,16 @@ func (l Limit) rate() arith.Rate {
 // ms). A bucket written by one is the bucket of the other, with no carry-over.
 func (l Limit) Same(m Limit) bool { return l.rate() == m.rate() }
 
+// policyChecked, when not nil, is called each time validateLimits checks a
+// policy: a test hook (see export_test.go), set before any test runs.
+var policyChecked func()
+
 // validateLimits checks a policy of one or more limits. With several, the
 // error says which one broke a rule ("limit 1: ...").
 func validateLimits(limits []Limit) error {
+	if policyChecked != nil {
+		policyChecked()
+	}
 	if len(limits) == 0 {
 		return invalid("a policy needs at least one limit")
 	}
@@ -146,6 +154,17 @@ func validateLimits(limits []Limit) error {
 		}
 	}
 	return nil
+}
+
+// policy is a Limiter's limits, which New validated. A Request that
+// carries it (see Request.Validate) and whose Limits equal them is not
+// validated again. limits is a copy of its own, which nothing hands out.
+type policy struct{ limits []Limit }
+
+// holds reports whether limits are p's, validated by New. A nil p holds
+// none.
+func (p *policy) holds(limits []Limit) bool {
+	return p != nil && slices.Equal(limits, p.limits)
 }
 
 // validateCosts checks a cost per limit: each between 1 and its limit's

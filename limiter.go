@@ -22,7 +22,8 @@ const defaultNamespace = "default"
 type Limiter[K any] struct {
 	store  Store
 	limits []Limit
-	minCap int64 // the smallest capacity among limits
+	policy *policy // limits, validated: the proof its requests carry
+	minCap int64   // the smallest capacity among limits
 	ns     string
 	prefix string
 	encode func(K) string
@@ -180,6 +181,7 @@ func NewEncoded[K any](store Store, encode func(K) string, limits []Limit, opts 
 	l := &Limiter[K]{
 		store:  store,
 		limits: append([]Limit(nil), limits...),
+		policy: &policy{limits: append([]Limit(nil), limits...)},
 		ns:     o.namespace,
 		prefix: keyfmt.Prefix(o.namespace),
 		encode: encode,
@@ -414,7 +416,7 @@ func (l *Limiter[K]) subjectRequest(r *Request, subject K, cost int64, peek bool
 	if enc == "" {
 		return "", invalid("subject must not be empty")
 	}
-	r.Limits, r.Cost, r.Peek = l.limits, cost, peek
+	r.Limits, r.Cost, r.Peek, r.policy = l.limits, cost, peek, l.policy
 	if l.clock != nil {
 		r.Now = now
 		if _, rule := arith.Micros(r.Now); rule != "" {

@@ -113,7 +113,7 @@ func (l *Limiter[K]) Reserve(ctx context.Context, subject K, ttl time.Duration, 
 
 // reserveRequest validates a reserve of costs for the encoded subject enc.
 func (l *Limiter[K]) reserveRequest(enc string, ttl time.Duration, costs []int64) (Request, error) {
-	r := Request{Limits: l.limits}
+	r := Request{Limits: l.limits, policy: l.policy}
 	switch {
 	case enc == "":
 		return r, invalid("subject must not be empty")
@@ -179,7 +179,7 @@ func (l *Limiter[K]) settle(ctx context.Context, key, id string, actual []int64)
 	used, err := l.used(actual)
 	var r Request
 	if err == nil {
-		r, err = l.timed(Request{Limits: l.limits})
+		r, err = l.timed(Request{Limits: l.limits, policy: l.policy})
 	}
 	if err != nil {
 		l.failed(ctx, label, opSettle, largest(actual), err, time.Time{})

@@ -57,6 +57,8 @@ type Request struct {
 	// Now is the time of the check. The zero Time means the store's own
 	// clock (for Redis, the server's TIME).
 	Now time.Time
+
+	policy *policy // the Limiter's, which made the request: see Validate
 }
 
 // Validate reports whether a store can decide r: its limits are valid, Cost
@@ -64,9 +66,16 @@ type Request struct {
 // and its limit's capacity) unless Peek, and Now, when set, is
 // between the Unix epoch and MaxTime (2^52 µs after it). The error wraps
 // ErrInvalidArgument.
+//
+// A Request made by a Limiter carries its policy, which New validated once:
+// while Limits still equal that policy, Validate does not check its rules
+// again, only the cost and the time. So a request passed through several
+// stores (package fallback, then its primary) is not validated at each.
 func (r Request) Validate() error {
-	if err := validateLimits(r.Limits); err != nil {
-		return err
+	if !r.policy.holds(r.Limits) {
+		if err := validateLimits(r.Limits); err != nil {
+			return err
+		}
 	}
 	switch {
 	case r.Peek:

@@ -85,7 +85,8 @@ func ValidateSettle(id string, r ratelimit.Request, actual []int64) error {
 			return invalid("tokens used of limit %d must be between 0 and 2^53 (got %d)", i, a)
 		}
 	}
-	return ratelimit.Request{Limits: r.Limits, Peek: true, Now: r.Now}.Validate()
+	r.Cost, r.Costs, r.Peek = 0, nil, true
+	return r.Validate()
 }
 
 // ValidateRefund reports whether a store can give r's cost back: r is valid
