@@ -12,6 +12,14 @@ import (
 // memstore keeps them in this process and package redisstore in Redis; a
 // Store may also wrap another, as package fallback does.
 //
+// A store's whole contract is this interface, the Request it decides, the
+// optional capabilities a store may add, each found by a type assertion
+// (BatchStore, Reserver, Refunder, Pinger), and two errors: a Store
+// validates what it is given and refuses what is invalid, before touching
+// any bucket, with an error wrapping ErrInvalidArgument; a store that could
+// not be reached or did not answer in time returns an error wrapping
+// ErrUnavailable.
+//
 // A Store must be safe for simultaneous use by multiple goroutines, and must
 // not retain key or r.Limits after a call returns. Package storetest is the
 // behaviour suite a Store passes; a store written elsewhere runs it from its
@@ -20,8 +28,9 @@ type Store interface {
 	// Apply brings the bucket at key up to date and decides r against it, in
 	// one atomic step: when r.Peek is false and every limit's bucket holds
 	// its cost (r.Cost, or its own of r.Costs), it takes them; otherwise it
-	// takes nothing. A missing
-	// bucket is full. The result is the one tokenbucket's State.Step gives.
+	// takes nothing. A missing bucket is full. The result is the one
+	// tokenbucket's State.Step gives. An invalid r (see Request.Validate) is
+	// refused with an error wrapping ErrInvalidArgument.
 	Apply(ctx context.Context, key string, r Request) (Decision, error)
 	// Reset deletes the bucket at key, so that its next check starts full.
 	Reset(ctx context.Context, key string) error

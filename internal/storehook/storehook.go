@@ -34,8 +34,9 @@ func of[R, D any](store any) *Hooks[R, D] {
 }
 
 // OfferSplit makes the store that embeds h take a key in two parts:
-// applySplit(ctx, prefix, subject, r) decides exactly as Apply(ctx,
-// prefix+subject, r) would, sparing the caller the allocation of the key.
+// applySplit(ctx, prefix, subject, r) decides exactly as the store's Apply
+// of the key prefix+subject would, sparing the caller the allocation of the
+// key.
 func OfferSplit[R, D any](h *Hooks[R, D], applySplit func(ctx context.Context, prefix, subject string, r R) (D, error)) {
 	h.applySplit = applySplit
 }
