@@ -28,12 +28,12 @@ type Limiter[K any] struct {
 	prefix string
 	encode func(K) string
 	clock  func() time.Time
-	split  func(ctx context.Context, prefix, subject string, r Request) (Decision, error) // store's, when it takes keys in two parts
-	cache  *denyCache                                                                     // nil without WithDenyCache
-	obs    Observer                                                                       // nil without WithObserver
-	leases *leases                                                                        // nil without WithLeases
-	sleep  func(context.Context, time.Duration) error                                     // Wait's sleep
-	jitter func(n int64) int64                                                            // Wait's jitter, in [0, n)
+	split  storehook.SplitFunc[Request, Decision]     // store's, when it takes a key in two parts
+	cache  *denyCache                                 // nil without WithDenyCache
+	obs    Observer                                   // nil without WithObserver
+	leases *leases                                    // nil without WithLeases
+	sleep  func(context.Context, time.Duration) error // Wait's sleep
+	jitter func(n int64) int64                        // Wait's jitter, in [0, n)
 }
 
 // Option configures a Limiter.

@@ -31,10 +31,10 @@ var probeLimits = []ratelimit.Limit{{Capacity: 1, RefillTokens: 1, RefillPeriod:
 type Store struct {
 	config  // the options, as New completed them
 	primary ratelimit.Store
-	split   func(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error) // primary's, when it takes split keys
+	split   splitFunc // primary's, when it takes a key in two parts
 	local   *memstore.Store
 	// localSplit is local's applySplit.
-	localSplit func(ctx context.Context, prefix, subject string, r ratelimit.Request) (ratelimit.Decision, error)
+	localSplit splitFunc
 
 	single   *part    // the one flag, when the primary is one partition
 	parts    sync.Map // partition name -> *part, when it reports partitions
@@ -47,6 +47,10 @@ type Store struct {
 // storeHooks is what a Store offers the Limiter and no user calls (see
 // package storehook).
 type storeHooks = storehook.Hooks[ratelimit.Request, ratelimit.Decision]
+
+// splitFunc is a store's Apply on a key in two parts (see
+// storehook.OfferSplit).
+type splitFunc = storehook.SplitFunc[ratelimit.Request, ratelimit.Decision]
 
 // Option configures a Store.
 type Option func(*config)

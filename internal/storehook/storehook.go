@@ -15,10 +15,15 @@ package storehook
 
 import "context"
 
+// SplitFunc decides a check on the key prefix+subject exactly as the
+// store's Apply of that key would, taking the key in two parts, which spares
+// the caller the allocation of joining them (see OfferSplit).
+type SplitFunc[R, D any] func(ctx context.Context, prefix, subject string, r R) (D, error)
+
 // Hooks holds the functions a store offers; a nil one it does not offer.
 // The zero Hooks offers none.
 type Hooks[R, D any] struct {
-	applySplit    func(ctx context.Context, prefix, subject string, r R) (D, error)
+	applySplit    SplitFunc[R, D]
 	partition     func(ctx context.Context, key string) string
 	pingPartition func(ctx context.Context, partition string) error
 }
@@ -33,16 +38,14 @@ func of[R, D any](store any) *Hooks[R, D] {
 	return nil
 }
 
-// OfferSplit makes the store that embeds h take a key in two parts:
-// applySplit(ctx, prefix, subject, r) decides exactly as the store's Apply
-// of the key prefix+subject would, sparing the caller the allocation of the
-// key.
-func OfferSplit[R, D any](h *Hooks[R, D], applySplit func(ctx context.Context, prefix, subject string, r R) (D, error)) {
+// OfferSplit makes the store that embeds h take a key in two parts, with
+// applySplit.
+func OfferSplit[R, D any](h *Hooks[R, D], applySplit SplitFunc[R, D]) {
 	h.applySplit = applySplit
 }
 
 // Split returns the applySplit that store offers (see OfferSplit), or nil.
-func Split[R, D any](store any) func(ctx context.Context, prefix, subject string, r R) (D, error) {
+func Split[R, D any](store any) SplitFunc[R, D] {
 	if h := of[R, D](store); h != nil {
 		return h.applySplit
 	}
