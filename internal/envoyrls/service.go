@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/clock"
+	"github.com/exactlimit/ratelimit/internal/config"
 	"github.com/exactlimit/ratelimit/internal/units"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
@@ -118,7 +120,29 @@ type Options struct {
 	DynamicMetadata bool
 	// Load says how Reload reads a directory.
 	Load LoadOptions
+	// Observer, when set, is told every bucket decision once, as a
+	// Limiter tells its observer: each bucket a request checks or looks at
+	// (a refund is not a check, and a requests_per_unit 0 rule decides
+	// without a bucket), with the request's store latency, or the error of
+	// a store that could not decide. The namespace of its events is the
+	// request's domain, as ObservedNamespace names it; the key is the
+	// bucket's store key. An acquire is allowed only when the request
+	// charged it: all or nothing, a bucket a request did not charge because
+	// another one was over its limit is a denial.
+	Observer ratelimit.Observer
 }
+
+// ObservedNamespace is the namespace of Options.Observer's events for a
+// request of domain: "envoy:" and the domain, which no namespace of the
+// HTTP API can be (config.ReservedPrefix). The domain, not the rule: the
+// domains are those of the configuration (a request of another decides
+// nothing), while a descriptor's own limit would add a namespace per limit
+// a client sends.
+func ObservedNamespace(domain string) string { return config.ReservedPrefix + domain }
+
+// maxOverrides bounds the Limiters of descriptors' own limits that a
+// Service keeps for reuse; past it, a new limit gets a Limiter per request.
+const maxOverrides = 1024
 
 // Service answers envoy.service.ratelimit.v3.RateLimitService with token
 // buckets. It is safe for simultaneous use by multiple goroutines.
@@ -138,6 +162,12 @@ type Service struct {
 	watched chan struct{}
 	// lastErrLog is when a store error was last logged (Unix ns).
 	lastErrLog atomic.Int64
+	observer   ratelimit.Observer
+	// overrides holds the Limiters of descriptors' own limits by their
+	// namespace (which names the domain and the limit), at most
+	// maxOverrides of them, counted by nOverrides.
+	overrides  sync.Map // string -> *ratelimit.Limiter[string]
+	nOverrides atomic.Int64
 }
 
 // state is a configuration with what each of its rules decides and answers
@@ -162,7 +192,7 @@ func New(o Options) (*Service, error) {
 		return nil, errors.New("envoyrls: store must not be nil")
 	}
 	s := &Service{store: o.Store, clock: o.Clock, timeout: o.Timeout, headers: o.Headers, metrics: o.Metrics, log: o.Logger,
-		shadow: o.ShadowMode, dynamic: o.DynamicMetadata, load: o.Load}
+		shadow: o.ShadowMode, dynamic: o.DynamicMetadata, load: o.Load, observer: o.Observer}
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
 	}
@@ -292,6 +322,7 @@ type bucket struct {
 	cost       int64 // 0 peeks
 	shadow     bool
 	impossible bool // no bucket can ever hold the cost: rpu 0, or above capacity
+	peeked     bool // decided by a look, not an acquire
 	d          ratelimit.Decision
 	charged    bool
 	// left is what the checks counted so far left of the balance the
@@ -369,7 +400,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		ctx, cancel = clock.Bound(ctx, s.timeout)
 		defer cancel()
 	}
-	if err := s.decide(ctx, buckets); err != nil {
+	start := time.Now()
+	err := s.decide(ctx, buckets)
+	s.observe(ctx, req.Domain, buckets, time.Since(start), err)
+	if err != nil {
 		s.metrics.request("error")
 		switch {
 		case errors.Is(ctx.Err(), context.Canceled):
@@ -561,12 +595,63 @@ func (s *Service) overrideCheck(c *check, domain string, d *rlv3.RateLimitDescri
 		return fmt.Errorf("limit override: %v", err)
 	}
 	r.limit, r.Rounded = l, rounded
-	var opts []ratelimit.Option
+	c.lim, err = s.overrideLimiter(r.namespace, l)
+	return err
+}
+
+// overrideLimiter returns the Limiter of a descriptor's own limit l, whose
+// buckets are in namespace ns: the one built for an earlier request of the
+// same namespace, or a new one, kept while fewer than maxOverrides are.
+func (s *Service) overrideLimiter(ns string, l ratelimit.Limit) (*ratelimit.Limiter[string], error) {
+	if v, ok := s.overrides.Load(ns); ok {
+		return v.(*ratelimit.Limiter[string]), nil
+	}
+	opts := []ratelimit.Option{ratelimit.WithNamespace(ns)}
 	if s.clock != nil {
 		opts = append(opts, ratelimit.WithClock(s.clock))
 	}
-	c.lim, err = ratelimit.New[string](s.store, l, append(opts, ratelimit.WithNamespace(r.namespace))...)
-	return err
+	lim, err := ratelimit.New[string](s.store, l, opts...)
+	if err != nil || s.nOverrides.Load() >= maxOverrides {
+		return lim, err
+	}
+	if v, loaded := s.overrides.LoadOrStore(ns, lim); loaded {
+		return v.(*ratelimit.Limiter[string]), nil
+	}
+	s.nOverrides.Add(1)
+	return lim, nil
+}
+
+// observe tells the Observer about each bucket of a request of domain that
+// decide decided (err nil) or could not decide, in latency.
+func (s *Service) observe(ctx context.Context, domain string, buckets []*bucket, latency time.Duration, err error) {
+	if s.observer == nil {
+		return
+	}
+	ns := ObservedNamespace(domain)
+	for _, b := range buckets {
+		if b.lim == nil {
+			continue // requests_per_unit 0: no bucket
+		}
+		key := b.key
+		if key == "" {
+			key = b.lim.Key(b.subject)
+		}
+		if err != nil {
+			op := "acquire"
+			if b.cost == 0 {
+				op = "peek"
+			}
+			s.observer.ObserveError(ctx, ratelimit.ErrorEvent{Namespace: ns, Key: key, Op: op, Cost: max(b.cost, 1), Err: err, Latency: latency})
+			continue
+		}
+		e := ratelimit.DecisionEvent{Namespace: ns, Key: key, Cost: b.cost, Peek: b.peeked, Decision: b.d, Latency: latency}
+		if b.peeked {
+			e.Cost = 1
+		} else {
+			e.Decision.Allowed = b.charged
+		}
+		s.observer.ObserveDecision(ctx, e)
+	}
 }
 
 // buckets gathers the checks that need a bucket, one per key: descriptors
@@ -640,6 +725,7 @@ func (s *Service) decide(ctx context.Context, buckets []*bucket) error {
 		case b.lim == nil: // rpu 0, looked at: never a token, no store call
 			b.d = ratelimit.Decision{}
 		case b.cost == 0:
+			b.peeked = true
 			b.d, err = b.lim.Peek(ctx, b.subject)
 		default:
 			b.d, err = b.lim.TryAcquireN(ctx, b.subject, b.cost)
@@ -670,6 +756,7 @@ func (s *Service) decide(ctx context.Context, buckets []*bucket) error {
 			return err
 		}
 		for _, b := range peeks {
+			b.peeked = true
 			// A look says whether one token is there; the status says
 			// whether the cost was.
 			b.d.Allowed = b.d.Allowed && !b.impossible && b.d.Remaining >= max(b.cost, 1)
