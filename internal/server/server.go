@@ -94,6 +94,11 @@ type Options struct {
 	// /readyz: each readiness request pings it, bounded by Timeout. Nil
 	// leaves /readyz to Degraded.
 	Ping func(context.Context) error
+	// Envoy, when set, lists the domains of Envoy's rate limit service,
+	// whose decisions reach Stats (and Metrics) under their own namespace
+	// (EnvoyDomain.Name): the operator page and /v1/stats show them after
+	// the namespaces.
+	Envoy func() []EnvoyDomain
 	// Clock, when set, is the time of every check and of the headers. By
 	// default checks use the store's clock (Redis's TIME) and headers
 	// time.Now. Tests set it.
@@ -106,6 +111,7 @@ type Service struct {
 	name         string
 	kind         string
 	masters      func(ctx context.Context) ([]string, error)
+	envoy        func() []EnvoyDomain
 	token        atomic.Pointer[[]byte]
 	metricsToken atomic.Pointer[[]byte]    // SetMetricsToken
 	hosts        atomic.Pointer[hostCheck] // AllowHosts; nil: no check
@@ -144,6 +150,7 @@ func New(o Options) (*Service, error) {
 		name:     o.StoreName,
 		kind:     o.StoreKind,
 		masters:  o.Masters,
+		envoy:    o.Envoy,
 		version:  o.Version,
 		timeout:  o.Timeout,
 		outage:   o.Outage,

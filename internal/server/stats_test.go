@@ -399,3 +399,28 @@ func TestStatsConcurrent(t *testing.T) {
 		t.Errorf("totals: %d allowed, %d denied; want 8000 in all, %d denied", ns.Allowed, ns.Denied, 8*334)
 	}
 }
+
+// TestStatsEnvoyDomains: the domains of Options.Envoy follow the
+// namespaces, sorted, with their figures and their rules, and no policy.
+func TestStatsEnvoyDomains(t *testing.T) {
+	s, _ := newStatsService(t, Options{Envoy: func() []EnvoyDomain {
+		return []EnvoyDomain{{Name: "envoy:web", Domain: "web", Rules: 1}, {Name: "envoy:edge", Domain: "edge", Rules: 3}}
+	}}, StatsOptions{})
+	decide(s.stats, "envoy:edge", "10.0.0.1", 4, true, time.Millisecond)
+	decide(s.stats, "envoy:edge", "10.0.0.1", 1, false, time.Millisecond)
+	r := s.Stats(context.Background())
+	var names []string
+	for _, ns := range r.Namespaces {
+		names = append(names, ns.Name)
+	}
+	if got := strings.Join(names, " "); got != "default envoy:edge envoy:web" {
+		t.Errorf("namespaces %q, want default, then the domains sorted", got)
+	}
+	edge := nsReport(t, r, "envoy:edge")
+	if edge.Allowed != 4 || edge.Denied != 1 || edge.Envoy == nil || *edge.Envoy != (EnvoyReport{Domain: "edge", Rules: 3}) || edge.Policy != (Policy{}) {
+		t.Errorf("envoy:edge: %+v, envoy %+v", edge, edge.Envoy)
+	}
+	if d := nsReport(t, r, "default"); d.Envoy != nil {
+		t.Errorf("the namespace default reports an Envoy domain: %+v", d.Envoy)
+	}
+}
