@@ -1,56 +1,29 @@
 package server
 
 import (
-	"crypto/subtle"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 )
 
 // authorized reports whether r may use /v1/: with the token, when there
 // is one.
-func (s *Service) authorized(r *http.Request) bool {
-	token := *s.token.Load()
-	return len(token) == 0 || bearerIs(r, token)
-}
+func (s *Service) authorized(r *http.Request) bool { return s.access.Authorized(r) }
 
 // metricsAuthorized reports whether r may read /metrics: with the metrics
 // token (SetMetricsToken) or the API's, when either is set.
-func (s *Service) metricsAuthorized(r *http.Request) bool {
-	token, mt := *s.token.Load(), *s.metricsToken.Load()
-	if len(token) == 0 && len(mt) == 0 {
-		return true
-	}
-	return len(mt) > 0 && bearerIs(r, mt) || len(token) > 0 && bearerIs(r, token)
-}
-
-// bearerIs reports whether r carries "Authorization: Bearer token".
-func bearerIs(r *http.Request, token []byte) bool {
-	h := r.Header.Get("Authorization")
-	const prefix = "Bearer "
-	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len(prefix):])), token) == 1
-}
+func (s *Service) metricsAuthorized(r *http.Request) bool { return s.access.MetricsAuthorized(r) }
 
 // SetToken replaces the bearer token /v1/ requires ("" for none), as the
 // command does when SIGHUP re-reads --token-file. Requests already
 // authorized are not affected.
-func (s *Service) SetToken(token string) {
-	b := []byte(token)
-	s.token.Store(&b)
-}
+func (s *Service) SetToken(token string) { s.access.SetToken(token) }
 
 // SetMetricsToken replaces the bearer token /metrics accepts besides the
 // API's ("" for none), as the command does when SIGHUP re-reads
 // --metrics-token-file.
-func (s *Service) SetMetricsToken(token string) {
-	b := []byte(token)
-	s.metricsToken.Store(&b)
-}
+func (s *Service) SetMetricsToken(token string) { s.access.SetMetricsToken(token) }
 
 // unauthorized answers 401 and logs the refusal, at most one line a second
 // with the count of those dropped; the token sent is never logged.

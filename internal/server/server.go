@@ -26,6 +26,7 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
+	"github.com/exactlimit/ratelimit/internal/access"
 	"github.com/exactlimit/ratelimit/internal/config"
 )
 
@@ -95,31 +96,29 @@ type Options struct {
 
 // Service answers rate-limit checks over HTTP.
 type Service struct {
-	store        ratelimit.Store
-	name         string
-	kind         string
-	masters      func(ctx context.Context) ([]string, error)
-	envoy        func() []EnvoyDomain
-	token        atomic.Pointer[[]byte]
-	metricsToken atomic.Pointer[[]byte]    // SetMetricsToken
-	hosts        atomic.Pointer[hostCheck] // AllowHosts; nil: no check
-	draining     atomic.Bool
-	authLog      rateLimitedLog
-	version      string
-	timeout      time.Duration
-	outage       fallback.Outage
-	degraded     func() bool
-	hasOutage    bool // the store has an outage behaviour (Options.Degraded set)
-	ping         func(context.Context) error
-	metrics      *Metrics
-	stats        *Stats
-	log          *slog.Logger
-	clock        func() time.Time
-	now          func() time.Time
-	policies     atomic.Pointer[policySet]
-	pinned       atomic.Pointer[[]string]
-	errLog       rateLimitedLog
-	exposition   http.Handler // /metrics
+	store      ratelimit.Store
+	name       string
+	kind       string
+	masters    func(ctx context.Context) ([]string, error)
+	envoy      func() []EnvoyDomain
+	access     access.Checker // the tokens and AllowHosts
+	draining   atomic.Bool
+	authLog    rateLimitedLog
+	version    string
+	timeout    time.Duration
+	outage     fallback.Outage
+	degraded   func() bool
+	hasOutage  bool // the store has an outage behaviour (Options.Degraded set)
+	ping       func(context.Context) error
+	metrics    *Metrics
+	stats      *Stats
+	log        *slog.Logger
+	clock      func() time.Time
+	now        func() time.Time
+	policies   atomic.Pointer[policySet]
+	pinned     atomic.Pointer[[]string]
+	errLog     rateLimitedLog
+	exposition http.Handler // /metrics
 }
 
 // New returns a Service. The error reports a missing store or an invalid
