@@ -104,6 +104,8 @@ type Envoy struct {
 	// Reload).
 	Watch time.Duration
 	// Outage is what ShouldRateLimit does while Redis is unreachable.
+	// Unless it is Config.Outage, it takes a second fallback store over the
+	// same Redis client, with a breaker of its own.
 	Outage fallback.Outage
 	// Headers are the response headers to ask Envoy to add.
 	Headers envoyrls.Headers

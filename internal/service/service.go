@@ -2,10 +2,16 @@
 // daemon that 'ratelimit serve' runs. Start builds it from one Config: one
 // store (Redis behind one fallback breaker, or the embedded store) that the
 // HTTP API (package server) and Envoy's rate limit service (package
-// envoyrls) share; the HTTP listener, the admin listener of the reverse
-// proxy and the gRPC listener; the probe of Redis; and one reload path,
-// Reload, for every file the service reads. Tests start it in process and
-// ask it for its addresses.
+// envoyrls) share, and whose decisions, Envoy's included, one set of
+// metrics and the operator page count; the HTTP listener, the admin
+// listener of the reverse proxy and the gRPC listener; the probe of Redis;
+// and one reload path, Reload (and the watchers of the files), for every
+// file the service reads. Tests start it in process and ask it for its
+// addresses.
+//
+// Envoy's service has a breaker of its own only when Envoy.Outage differs
+// from Config.Outage: package fallback applies one outage behaviour per
+// breaker.
 package service
 
 import (
