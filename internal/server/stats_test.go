@@ -281,15 +281,22 @@ func TestSubjectOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := subjectOf("api:v2", lim.Key("alice")); got != "alice" {
+	if got := subjectOf(lim.Key("alice")); got != "alice" {
 		t.Errorf("subject of the limiter's key %q: %q, want alice", lim.Key("alice"), got)
 	}
-	if got := subjectOf("api", "other:key"); got != "other:key" {
+	rule, err := ratelimit.New[string](memstore.New(), ratelimit.PerSecond(1), ratelimit.WithNamespace("envoy:4:edge:14:remote_address:0:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := subjectOf(rule.Key("10.0.0.1")); got != "10.0.0.1" {
+		t.Errorf("subject of an Envoy rule's key %q: %q, want 10.0.0.1", rule.Key("10.0.0.1"), got)
+	}
+	if got := subjectOf("other:key"); got != "other:key" {
 		t.Errorf("a key without the prefix: %q", got)
 	}
 	long1 := strings.Repeat("é", 200) + "1"
 	long2 := strings.Repeat("é", 200) + "2"
-	a, b := subjectOf("api", long1), subjectOf("api", long2)
+	a, b := subjectOf(long1), subjectOf(long2)
 	if len(a) > MaxTopSubjectBytes || len(b) > MaxTopSubjectBytes || !utf8.ValidString(a) {
 		t.Errorf("long subject kept as %d bytes (valid UTF-8: %v), want at most %d", len(a), utf8.ValidString(a), MaxTopSubjectBytes)
 	}
