@@ -21,8 +21,8 @@ type PKI struct {
 	Dir    string
 	CAPool *x509.CertPool
 	// ServerCert and ServerKey are the server's, for 127.0.0.1; ClientCA
-	// is the CA's certificate, which issued them and ClientCert with
-	// ClientKey; OtherCA is a CA that issued nothing.
+	// is the certificate of the authority that issued them and ClientCert
+	// with ClientKey; OtherCA is an authority that issued nothing.
 	ServerCert, ServerKey, ClientCA, ClientCert, ClientKey string
 	OtherCA                                                string
 }
