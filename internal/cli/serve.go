@@ -188,29 +188,29 @@ func serve(ctx context.Context, env Env, c service.Config, grace time.Duration) 
 	if env.ServeStarted != nil {
 		env.ServeStarted(svc)
 	}
-	var serveErr error
-	for wait := true; wait; {
+	var failed error
+wait:
+	for {
 		select {
 		case <-hup:
 			svc.Reload()
 		case err := <-svc.Err():
-			serveErr = fmt.Errorf("serve: %w", err)
-			wait = false
+			failed = fmt.Errorf("serve: %w", err)
+			break wait
 		case <-ctx.Done():
-			wait = false
+			break wait
 		}
 	}
 	stop() // a second signal kills at once
-	if serveErr == nil {
-		log.Info("shutting down", "grace", grace.String())
-	}
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	if err := svc.Close(sctx); err != nil && serveErr == nil {
-		return fmt.Errorf("shutdown: %w", err)
+	if failed != nil {
+		svc.Close(sctx) //nolint:errcheck // the listener's error is the one to report
+		return failed
 	}
-	if serveErr != nil {
-		return serveErr
+	log.Info("shutting down", "grace", grace.String())
+	if err := svc.Close(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
 	}
 	log.Info("stopped")
 	return nil
