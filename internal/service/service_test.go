@@ -3,10 +3,10 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -216,24 +216,40 @@ func TestWatchReloadsAChangedFile(t *testing.T) {
 }
 
 // TestCloseHonoursItsContext: Close with a context already done closes the
-// connections at once instead of waiting for a request in flight.
+// connections at once instead of waiting for the request in flight (one
+// that an upstream of the proxy holds), and says so.
 func TestCloseHonoursItsContext(t *testing.T) {
-	c := Config{Listen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)}
+	arrived, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	upstream := testkit.Listen(t)
+	go http.Serve(upstream, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		close(arrived)
+		<-release
+	}))
+	c := Config{Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler),
+		Proxy: &Proxy{Upstream: mustURL(t, "http://"+upstream.Addr().String())}}
 	s, err := Start(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// An idle keep-alive connection, and one with a request half sent.
-	conn := dialTCP(t, s.Addrs().HTTP.String())
-	io.WriteString(conn, "POST /v1/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+	go func() {
+		if res, err := http.Get("http://" + s.Addrs().HTTP.String() + "/slow"); err == nil {
+			res.Body.Close()
+		}
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request did not reach the upstream")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	done := make(chan error, 1)
 	go func() { done <- s.Close(ctx) }()
 	select {
 	case err := <-done:
-		if err == nil {
-			t.Error("Close with a done context and a request in flight: nil, want the context's error")
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Close with a done context and a request in flight: %v, want context.Canceled", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close with a done context still waits after 5 s")
@@ -247,14 +263,4 @@ func mustURL(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
-}
-
-func dialTCP(t *testing.T, addr string) net.Conn {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }
