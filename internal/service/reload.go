@@ -18,8 +18,9 @@ type reloader struct {
 	path   string
 	every  time.Duration // how often a watcher looks at path; 0: never
 	reload func()
-	// watch, when set, watches path itself (the Envoy config, a directory
-	// whose files it lists), instead of the service's digest of one file.
+	// watch, when set, watches path itself from its state when reloaders
+	// ran (the Envoy config, a directory whose files it lists), instead of
+	// the service's digest of one file.
 	watch func(ctx context.Context, ticks <-chan time.Time)
 }
 
@@ -54,7 +55,7 @@ func (s *Service) reloaders() []reloader {
 		ec, svc := c.Envoy, s.envoy.svc
 		out = append(out, reloader{name: "--envoy-config", path: ec.ConfigPath, every: ec.Watch,
 			reload: func() { svc.Reload(ec.ConfigPath) }, //nolint:errcheck // Reload logs the outcome
-			watch:  func(ctx context.Context, ticks <-chan time.Time) { svc.Watch(ctx, ec.ConfigPath, ticks) },
+			watch:  svc.Watcher(ec.ConfigPath),
 		})
 	}
 	return out

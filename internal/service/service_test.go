@@ -215,6 +215,28 @@ func TestWatchReloadsAChangedFile(t *testing.T) {
 	}
 }
 
+// TestWatchReloadsTheEnvoyConfig: an edit of the Envoy config made right
+// after Start is seen, however late the watcher's goroutine starts.
+func TestWatchReloadsTheEnvoyConfig(t *testing.T) {
+	envoy := withEnvoy(t, 2)
+	envoy.Watch = 10 * time.Millisecond
+	s, _ := start(t, Config{Envoy: envoy})
+	testkit.WriteFile(t, envoy.ConfigPath, edgeConfig(9))
+	conn := dial(t, s.Addrs().GRPC.String(), insecure.NewCredentials())
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := askEdge(testContext(t), conn, "10.0.0.7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() == 9 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the edit was not loaded within 5 s: %v", resp)
+		}
+	}
+}
+
 // TestCloseHonoursItsContext: Close with a context already done closes the
 // connections at once instead of waiting for the request in flight (one
 // that an upstream of the proxy holds), and says so.
