@@ -1,6 +1,7 @@
-// Package cli is the ratelimit command: its subcommands, their flags, and
-// the wiring of stores, the decision service and the benchmark. The main
-// package only calls Main.
+// Package cli is the ratelimit command: its subcommands and their flags.
+// serve turns its flags and environment into a service.Config, starts
+// package service's daemon and waits for a signal; the benchmarks drive a
+// store or the Envoy service. The main package only calls Main.
 package cli
 
 import (
@@ -11,6 +12,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/exactlimit/ratelimit/internal/service"
 )
 
 // Env is what a command reads and writes besides its arguments.
@@ -20,6 +23,9 @@ type Env struct {
 	Getenv func(string) string
 	// Stderr is a terminal: bench shows live progress there.
 	StderrTTY bool
+	// ServeStarted, when set, is called with the service serve started,
+	// once it listens: tests ask it for its addresses.
+	ServeStarted func(*service.Service)
 }
 
 // usageError is an error in the command line: exit status 2.

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -21,8 +20,8 @@ import (
 	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
-// envoyServe runs serve with the Envoy service in this process and returns
-// a client of it, the HTTP address and the log.
+// envoyServe is serve with the Envoy service in this process, with a gRPC
+// client of it, the HTTP address and the log.
 type envoyServe struct {
 	client rlsv3.RateLimitServiceClient
 	conn   *grpc.ClientConn
@@ -33,32 +32,14 @@ type envoyServe struct {
 
 func startServeEnvoy(t *testing.T, vars map[string]string, args ...string) *envoyServe {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var stdout testkit.Buffer
-	e := &envoyServe{stderr: &testkit.Buffer{}, done: make(chan int, 1)}
-	env := Env{Stdout: &stdout, Stderr: e.stderr, Getenv: func(k string) string { return vars[k] }}
-	go func() {
-		e.done <- Main(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"}, args...), env)
-	}()
-	grpcAddr := waitLog(t, e.stderr, e.done, regexp.MustCompile(`grpc=(\S+)`))[1]
-	e.http = waitLog(t, e.stderr, e.done, regexp.MustCompile(`msg=serving addr=(\S+)`))[1]
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	s := startServe(t, vars, append([]string{"--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"}, args...)...)
+	e := &envoyServe{http: s.svc.Addrs().HTTP.String(), stderr: s.stderr, done: s.done}
+	conn, err := grpc.NewClient(s.svc.Addrs().GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { conn.Close() })
 	e.conn, e.client = conn, rlsv3.NewRateLimitServiceClient(conn)
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		select {
-		case code := <-e.done:
-			if code != 0 {
-				t.Errorf("serve exited %d: %s", code, e.stderr.String())
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("serve did not stop")
-		}
-	})
 	return e
 }
 

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 
+	"github.com/exactlimit/ratelimit/internal/service"
 	"github.com/exactlimit/ratelimit/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -107,7 +109,7 @@ func (f *redisFlags) options() (*redis.UniversalOptions, string, error) {
 		return nil, "", err
 	}
 	redisstore.ClientOptions(uo)
-	return uo, describe(uo), nil
+	return uo, service.DescribeRedis(uo), nil
 }
 
 // fromOptions copies the fields ParseURL sets into UniversalOptions.
@@ -156,22 +158,6 @@ func redact(s string) string {
 	return u.Redacted()
 }
 
-// describe names the deployment for the log, without credentials.
-func describe(o *redis.UniversalOptions) string {
-	kind := "redis"
-	if o.IsClusterMode || len(o.Addrs) > 1 {
-		kind = "redis cluster"
-	}
-	if o.TLSConfig != nil {
-		kind += " (TLS)"
-	}
-	s := kind + " " + strings.Join(o.Addrs, ",")
-	if o.DB != 0 {
-		s += fmt.Sprintf(" db %d", o.DB)
-	}
-	return s
-}
-
 // newClient returns the client of o: a cluster client when o says so.
 func newClient(o *redis.UniversalOptions) redis.UniversalClient {
 	return redis.NewUniversalClient(o)
@@ -194,4 +180,43 @@ var setRedisLogger sync.Once
 // logger is process-wide; the first call wins.
 func quietRedis(log *slog.Logger) {
 	setRedisLogger.Do(func() { redis.SetLogger(redisLogger{log}) })
+}
+
+// redisPassword returns the Redis password of --redis-password-file, or of
+// RATELIMIT_REDIS_PASSWORD, or of REDISCLI_AUTH (redis-cli's variable), or
+// "" when none is given. Unlike a password in --redis URL, these do not
+// show in ps.
+func (f *redisFlags) password() (string, error) {
+	if f.passwordFile != "" {
+		b, err := os.ReadFile(f.passwordFile)
+		if err != nil {
+			return "", fmt.Errorf("--redis-password-file: %w", err)
+		}
+		pw := strings.TrimRight(string(b), "\r\n")
+		if pw == "" {
+			return "", fmt.Errorf("--redis-password-file %s is empty", f.passwordFile)
+		}
+		return pw, nil
+	}
+	if f.getenv == nil {
+		return "", nil
+	}
+	if pw := f.getenv("RATELIMIT_REDIS_PASSWORD"); pw != "" {
+		return pw, nil
+	}
+	return f.getenv("REDISCLI_AUTH"), nil
+}
+
+// applyPassword sets o's password from password(), refusing a second one
+// beside the URL's.
+func (f *redisFlags) applyPassword(o *redis.UniversalOptions) error {
+	pw, err := f.password()
+	if err != nil || pw == "" {
+		return err
+	}
+	if o.Password != "" {
+		return errors.New("--redis: the URL holds a password and one is also given by --redis-password-file or the environment; give it once")
+	}
+	o.Password = pw
+	return nil
 }

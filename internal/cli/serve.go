@@ -4,22 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
-	"github.com/exactlimit/ratelimit/internal/server"
+	"github.com/exactlimit/ratelimit/internal/service"
 )
 
 const serveAbout = `
@@ -71,7 +67,7 @@ type serveFlags struct {
 	redis                                                                               redisFlags
 	logFormat, logLevel                                                                 string
 	ipv6Bits, maxConns                                                                  int
-	readTimeout                                                                         time.Duration
+	readTimeout, watch                                                                  time.Duration
 }
 
 func runServe(ctx context.Context, env Env, args []string) error {
@@ -79,6 +75,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet(env, "serve", "[flags]", serveAbout)
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "listen on `ADDR` (host:port; port 0 picks a free one)")
 	fs.StringVar(&f.config, "config", "", "YAML `FILE` of namespaces and their limits, reloaded on SIGHUP")
+	fs.DurationVar(&f.watch, "config-watch", 0, "with --config, --token-file or --metrics-token-file, how often to look for changes; a change is loaded once it holds still that long (0: only on SIGHUP)")
 	f.redis.register(fs)
 	fs.StringVar(&f.outage, "outage", "return-error", "what a check does while Redis is unreachable: return-error (503, the default everywhere), fail-closed (503), fail-open or local-fallback")
 	fs.IntVar(&f.fleet, "fleet-size", 1, "with --outage local-fallback, the number `N` of replicas sharing the policy: each admits 1/N of it during an outage")
@@ -110,8 +107,8 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if f.ipv6Bits < 1 || f.ipv6Bits > 128 {
 		return usagef("--ipv6-prefix must be 1 to 128 (got %d)", f.ipv6Bits)
 	}
-	if f.readTimeout < 0 || f.maxConns < 0 {
-		return usagef("--read-timeout and --max-connections must not be negative")
+	if f.readTimeout < 0 || f.maxConns < 0 || f.watch < 0 {
+		return usagef("--read-timeout, --max-connections and --config-watch must not be negative")
 	}
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q (serve takes only flags; see 'ratelimit serve --help')", pos[0])
@@ -141,244 +138,91 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if err := checkApplicable(setFlags(fs), &f); err != nil {
 		return err
 	}
-	policies := config.Default()
-	if f.config != "" {
-		if policies, err = config.Load(f.config); err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-	}
-	token, err := readToken(f.tokenFile, env.Getenv)
-	if err != nil {
-		return err
-	}
-	var metricsToken string
-	if f.metricsTokenFile != "" {
-		if metricsToken, err = readTokenFile("--metrics-token-file", f.metricsTokenFile); err != nil {
-			return err
-		}
+	var token string // RATELIMIT_TOKEN, when there is no --token-file
+	if f.tokenFile == "" {
+		token, _ = readToken("", env.Getenv)
 	}
 
 	log, err := newLogger(env.Stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		return err
 	}
-	metrics := server.NewMetrics()
-	stats := server.NewStats(server.StatsOptions{TopDenied: f.topDenied})
-	st, err := openStore(storeOptions{
-		redis: f.redis, outage: outage, useOutage: true, fleetShare: f.fleet, timeout: f.timeout,
-		observer: fallback.ObserverFunc(func(ctx context.Context, e fallback.Event) {
-			metrics.Observer().ObserveFallback(ctx, e)
-			stats.ObserveFallback(ctx, e)
-			logOutages(log)(ctx, e)
-		}),
-	})
-	if err != nil {
-		return err
+	c := service.Config{
+		Listen: f.listen, AdminListen: f.admin, MaxConns: f.maxConns, ReadTimeout: f.readTimeout, Timeout: f.timeout,
+		Outage: outage, FleetSize: f.fleet, ConfigFile: f.config, Token: token, TokenFile: f.tokenFile,
+		MetricsTokenFile: f.metricsTokenFile, Watch: f.watch, AllowedHosts: f.allowedHosts, TopDenied: f.topDenied,
+		Logger: log, Version: Version(),
 	}
-	defer st.close()
-	if err := st.checkCredentials(ctx, f.timeout); err != nil {
-		return err
+	if c.Redis, _, err = f.redis.options(); err != nil {
+		return usageError{err}
 	}
-	var degraded func() bool
-	if st.fb != nil {
-		degraded = st.degraded
-	}
-	var ping func(context.Context) error
-	if st.redis != nil {
-		ping = func(ctx context.Context) error { return st.redis.Ping(ctx).Err() }
-	}
-	svc, err := server.New(server.Options{
-		Store: st.store, StoreName: st.name, Policies: policies, Token: token, MetricsToken: metricsToken, Timeout: f.timeout,
-		Outage: outage, Degraded: degraded, Ping: ping, Metrics: metrics, Logger: log, Version: Version(),
-		Stats: stats, StoreKind: st.kind(), Masters: st.masters(),
-	})
-	if err != nil {
-		return err
-	}
-
-	mainHandler := svc.Handler()
-	var adminHandler http.Handler
 	if f.upstream != "" {
-		proxy, err := proxyHandler(svc, f)
-		if err != nil {
+		if c.Proxy, err = proxyConfig(f); err != nil {
 			return err
 		}
-		mainHandler, adminHandler = proxy, svc.Handler()
 	}
-
-	envoy.grpc.readTimeout = f.readTimeout
-	envoySvc, err := startEnvoy(envoy, env, st, f.timeout, f.shutdown, f.maxConns, log, metrics)
-	if err != nil {
+	if c.Envoy, err = envoy.service(env, log); err != nil {
 		return err
 	}
-	defer envoySvc.stop()
-	if adminHandler != nil { // the peer's /json and /healthcheck, beside the API
-		adminHandler = envoySvc.mount(adminHandler, svc.Guard)
-	} else {
-		mainHandler = envoySvc.mount(mainHandler, svc.Guard)
-	}
+	return serve(ctx, env, c, f.shutdown)
+}
 
+// serve starts the service of c and waits for SIGINT or SIGTERM (or ctx's
+// end), reloading it on SIGHUP; then it shuts it down, giving the requests
+// in flight grace to finish.
+func serve(ctx context.Context, env Env, c service.Config, grace time.Duration) error {
+	log := c.Logger
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	ln, err := net.Listen("tcp", f.listen)
+	svc, err := service.Start(ctx, c)
 	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
-	}
-	servers := []*http.Server{newHTTPServer(mainHandler, log, f.upstream != "", f.readTimeout)}
-	listeners := []net.Listener{limitConns(ln, f.maxConns)}
-	apiAddr := ln.Addr()
-	if adminHandler != nil {
-		aln, err := net.Listen("tcp", f.admin)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("--admin-listen: %w", err)
+		if ce, ok := errors.AsType[*service.ConfigError](err); ok {
+			return usageError{ce}
 		}
-		servers = append(servers, newHTTPServer(adminHandler, log, false, f.readTimeout))
-		listeners = append(listeners, limitConns(aln, f.maxConns))
-		apiAddr = aln.Addr()
+		return err
 	}
-	if err := svc.AllowHosts(apiAddr, f.allowedHosts); err != nil {
-		for _, l := range listeners {
-			l.Close()
+	if env.ServeStarted != nil {
+		env.ServeStarted(svc)
+	}
+	var failed error
+wait:
+	for {
+		select {
+		case <-hup:
+			svc.Reload()
+		case err := <-svc.Err():
+			failed = fmt.Errorf("serve: %w", err)
+			break wait
+		case <-ctx.Done():
+			break wait
 		}
-		return usagef("--allowed-host: %v", err)
-	}
-	trustedPrefixes, _ := httplimit.ParsePrefixes(f.trusted...) // checked by proxyHandler
-	warnExposure(log, apiAddr, token, trustedPrefixes)
-
-	if st.fb != nil {
-		// One probe before serving, so that a Redis down at startup is
-		// marked down (and logged) before a check waits for it; then one
-		// every fallback.DefaultProbeInterval, through the graceful
-		// shutdown. On Cluster the masters are known from the first
-		// checks on, and probed from then on.
-		pctx, cancel := context.WithTimeout(ctx, f.timeout)
-		st.fb.Probe(pctx)
-		cancel()
-		probeCtx, stopProbe := context.WithCancel(context.WithoutCancel(ctx))
-		var probeDone sync.WaitGroup
-		probeDone.Go(func() { st.fb.ProbeForever(probeCtx, 0, nil) })
-		defer func() { stopProbe(); probeDone.Wait() }()
-	}
-
-	hupCtx, stopHup := context.WithCancel(context.Background())
-	defer stopHup()
-	go func() {
-		for {
-			select {
-			case <-hupCtx.Done():
-				return
-			case <-hup:
-			}
-			reloadToken(log, "--token-file", f.tokenFile, svc.SetToken)
-			reloadToken(log, "--metrics-token-file", f.metricsTokenFile, svc.SetMetricsToken)
-			if f.config == "" {
-				if envoy.config == "" { // the Envoy config reloads on its own signal
-					log.Warn("SIGHUP: no --config file to reload; the policies stay", "policies", svc.Policies().String())
-				}
-				continue
-			}
-			svc.Reload(f.config) //nolint:errcheck // Reload logs the outcome
-		}
-	}()
-
-	errc := make(chan error, len(servers))
-	for i, srv := range servers {
-		go func() { errc <- srv.Serve(listeners[i]) }()
-	}
-	attrs := []any{"addr", ln.Addr().String(), "store", st.name, "policies", svc.Policies().String()}
-	if f.upstream != "" {
-		u, _ := url.Parse(f.upstream)
-		attrs = append(attrs, "upstream", u.Redacted(), "admin", listeners[1].Addr().String())
-	}
-	if st.redis != nil {
-		attrs = append(attrs, "outage", outage.String())
-	}
-	if token != "" {
-		attrs = append(attrs, "auth", "bearer token")
-	}
-	log.Info("serving", attrs...)
-
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
 	}
 	stop() // a second signal kills at once
-	svc.Drain()
-	log.Info("shutting down", "grace", f.shutdown.String())
-	sctx, cancel := context.WithTimeout(context.Background(), f.shutdown)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	var shutdownErr error
-	for _, srv := range servers {
-		if err := srv.Shutdown(sctx); err != nil {
-			shutdownErr = errors.Join(shutdownErr, err)
-		}
+	if failed != nil {
+		svc.Close(sctx) //nolint:errcheck // the listener's error is the one to report
+		return failed
 	}
-	if shutdownErr != nil {
-		return fmt.Errorf("shutdown: %w", shutdownErr)
+	log.Info("shutting down", "grace", grace.String())
+	if err := svc.Close(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
 	}
 	log.Info("stopped")
 	return nil
 }
 
-// logOutages returns an observer that logs each change of Redis's state (on
-// Cluster, of one master's) that package fallback reports, whether a check
-// or the probe found it.
-func logOutages(log *slog.Logger) fallback.ObserverFunc {
-	return func(ctx context.Context, e fallback.Event) {
-		var attrs []any
-		if e.Partition != "" {
-			attrs = append(attrs, "master", e.Partition)
-		}
-		if e.Alive {
-			log.InfoContext(ctx, "redis answers again; decisions are back on the shared buckets", attrs...)
-			return
-		}
-		attrs = append(attrs, "outage", e.Outage.String())
-		if e.Cause != nil {
-			// Errors may quote a bucket key, whose subject may be an API
-			// key: the log gets the namespace and a hash instead.
-			attrs = append(attrs, "err", server.RedactKeys(e.Cause.Error()))
-		}
-		if isAuthError(e.Cause) {
-			log.ErrorContext(ctx, "redis refuses this service's credentials or permissions: a configuration error, not an outage; fix the user, password or ACL", attrs...)
-			return
-		}
-		log.WarnContext(ctx, "redis unreachable; serving with the outage behaviour until it answers", attrs...)
-	}
-}
-
-// newHTTPServer returns a server with timeouts against slow clients:
-// readTimeout bounds reading a request, headers and body (0: no bound, for
-// a proxy that streams long uploads).
-func newHTTPServer(h http.Handler, log *slog.Logger, proxy bool, readTimeout time.Duration) *http.Server {
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       readTimeout,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	if proxy {
-		srv.MaxHeaderBytes = 1 << 20
-	}
-	return srv
-}
-
-// proxyHandler builds the reverse proxy of --upstream.
-func proxyHandler(svc *server.Service, f serveFlags) (http.Handler, error) {
+// proxyConfig reads the reverse proxy of --upstream.
+func proxyConfig(f serveFlags) (*service.Proxy, error) {
 	u, err := url.Parse(f.upstream)
 	if err != nil {
 		return nil, usagef("--upstream %q: %v", f.upstream, err)
 	}
-	var key httplimit.KeyFunc
-	var trusted httplimit.TrustedProxies
+	p := &service.Proxy{Upstream: u, Namespace: f.namespace, JSON: f.body == "json"}
 	switch {
 	case f.key == "ip":
 		prefixes, err := httplimit.ParsePrefixes(f.trusted...)
@@ -388,25 +232,17 @@ func proxyHandler(svc *server.Service, f serveFlags) (http.Handler, error) {
 		if !strings.EqualFold(f.forwarded, "X-Forwarded-For") && !strings.EqualFold(f.forwarded, "Forwarded") {
 			return nil, usagef("--forwarded-header %q: want X-Forwarded-For or Forwarded", f.forwarded)
 		}
-		trusted = httplimit.TrustedProxies{Prefixes: prefixes, Header: f.forwarded, IPv6Bits: f.ipv6Bits}
-		key = trusted.ClientIP
+		p.Trusted = httplimit.TrustedProxies{Prefixes: prefixes, Header: f.forwarded, IPv6Bits: f.ipv6Bits}
+		p.Key = p.Trusted.ClientIP
 	case strings.HasPrefix(f.key, "header:") && len(f.key) > len("header:"):
 		if len(f.trusted) > 0 {
 			return nil, usagef("--trusted-proxies applies only to --key ip")
 		}
-		key = httplimit.Header(strings.TrimPrefix(f.key, "header:"))
+		p.Key = httplimit.Header(strings.TrimPrefix(f.key, "header:"))
 	default:
 		return nil, usagef("--key %q: want ip or header:NAME", f.key)
 	}
-	opts := []httplimit.Option{httplimit.WithKey(key)}
-	if f.body == "json" {
-		opts = append(opts, httplimit.WithJSON())
-	}
-	h, err := svc.Proxy(server.ProxyOptions{Upstream: u, Namespace: f.namespace, Middleware: opts, Trusted: trusted})
-	if err != nil {
-		return nil, usagef("--upstream: %v", err)
-	}
-	return h, nil
+	return p, nil
 }
 
 // readToken returns the bearer token of --token-file, or of
@@ -415,38 +251,39 @@ func readToken(path string, getenv func(string) string) (string, error) {
 	if path == "" {
 		return strings.TrimSpace(getenv("RATELIMIT_TOKEN")), nil
 	}
-	return readTokenFile("--token-file", path)
+	return service.ReadTokenFile("--token-file", path)
 }
 
-// readTokenFile returns the token in the file at path, one word; flag names
-// the file in the errors.
-func readTokenFile(flag, path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", flag, err)
+// checkApplicable refuses flags that the other flags make meaningless,
+// rather than ignoring them.
+func checkApplicable(set map[string]bool, f *serveFlags) error {
+	if f.upstream == "" {
+		for _, name := range []string{"key", "body", "namespace", "admin-listen", "trusted-proxies", "forwarded-header", "ipv6-prefix"} {
+			if set[name] {
+				return usagef("--%s applies only with --upstream", name)
+			}
+		}
 	}
-	t := strings.TrimSpace(string(b))
-	if t == "" {
-		return "", fmt.Errorf("%s %s is empty", flag, path)
+	if f.key != "ip" {
+		for _, name := range []string{"trusted-proxies", "forwarded-header", "ipv6-prefix"} {
+			if set[name] {
+				return usagef("--%s applies only to --key ip", name)
+			}
+		}
 	}
-	if strings.ContainsAny(t, " \t\r\n") {
-		return "", fmt.Errorf("%s %s: the token must be one word", flag, path)
+	if !set["grpc-listen"] {
+		for _, name := range []string{"grpc-tls-cert", "grpc-tls-key", "grpc-tls-client-ca"} {
+			if set[name] {
+				return usagef("--%s applies only with --grpc-listen", name)
+			}
+		}
 	}
-	return t, nil
-}
-
-// reloadToken re-reads the token file of flag at path (none: "") on SIGHUP
-// and puts the token in force with set; a file that cannot be read or
-// holds no token is logged and the old token stays.
-func reloadToken(log *slog.Logger, flag, path string, set func(string)) {
-	if path == "" {
-		return
+	if len(f.redis.urls) == 0 {
+		for _, name := range []string{"outage", "fleet-size", "redis-password-file"} {
+			if set[name] {
+				return usagef("--%s applies only with --redis", name)
+			}
+		}
 	}
-	token, err := readTokenFile(flag, path)
-	if err != nil {
-		log.Error("token reload refused; keeping the previous token", "err", err)
-		return
-	}
-	set(token)
-	log.Info("token reloaded", "file", path)
+	return nil
 }

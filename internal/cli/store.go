@@ -19,13 +19,7 @@ type stores struct {
 	name  string          // for the log, without credentials
 	// redis is the client, nil for the embedded store.
 	redis redis.UniversalClient
-	// fb is the outage wrapper around Redis, nil for the embedded store or
-	// when none was asked for.
-	fb *fallback.Store
 }
-
-// degraded reports whether the store is serving without Redis.
-func (s *stores) degraded() bool { return s.fb != nil && !s.fb.IsAlive() }
 
 // close closes the Redis client.
 func (s *stores) close() {
@@ -36,18 +30,13 @@ func (s *stores) close() {
 
 // storeOptions say how to build the store.
 type storeOptions struct {
-	redis      redisFlags
-	outage     fallback.Outage
-	useOutage  bool // wrap Redis in package fallback
-	fleetShare int
-	timeout    time.Duration
-	// observer is told every change of Redis's state, with useOutage.
-	observer fallback.Observer
+	redis   redisFlags
+	timeout time.Duration
 }
 
-// openStore builds the embedded store, or a Redis store from the flags,
-// wrapped in fallback with the outage behaviour when useOutage is set.
-// It does no I/O.
+// openStore builds the embedded store, or a Redis store from the flags. It
+// does no I/O. (serve's store, with its outage behaviour, is package
+// service's.)
 func openStore(o storeOptions) (*stores, error) {
 	uo, desc, err := o.redis.options()
 	if err != nil {
@@ -57,31 +46,7 @@ func openStore(o storeOptions) (*stores, error) {
 		return &stores{store: memstore.New(), name: "memory (embedded, this process only)"}, nil
 	}
 	client := newClient(uo)
-	s := &stores{name: desc, redis: client}
-	primary := redisstore.New(client)
-	s.store = primary
-	if !o.useOutage {
-		return s, nil
-	}
-	opts := []fallback.Option{fallback.WithOutage(o.outage), fallback.WithTimeout(o.timeout)}
-	if o.fleetShare > 1 {
-		opts = append(opts, fallback.WithFleetShare(o.fleetShare))
-	}
-	if o.observer != nil {
-		opts = append(opts, fallback.WithObserver(o.observer))
-	}
-	// fallback probes with the primary's own Ping (a PING on a connection
-	// of its own, which sees Redis back before the client's pool would dial
-	// again) and, on Cluster, keeps one liveness flag per master, which the
-	// primary reports: one master down is not the whole cluster down.
-	fb, err := fallback.New(primary, opts...)
-	if err != nil {
-		s.close()
-		return nil, err
-	}
-	s.fb = fb
-	s.store = fb
-	return s, nil
+	return &stores{store: redisstore.New(client), name: desc, redis: client}, nil
 }
 
 // parseOutage reads an outage behaviour by its name.

@@ -15,37 +15,21 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit/internal/cli"
+	"github.com/exactlimit/ratelimit/internal/service"
 )
 
 // startServe runs 'ratelimit serve' in this process on a free loopback
 // port, as the sessions start it (no flags: the embedded store, the default
-// namespace), and returns its address, read from its log line
-// "msg=serving addr=...". It stops when the test ends.
+// namespace), and returns its address, which the running service gives
+// (cli.Env.ServeStarted). It stops when the test ends.
 func startServe(t *testing.T) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	logR, logW := io.Pipe()
-	env := cli.Env{Stdout: io.Discard, Stderr: logW, Getenv: func(string) string { return "" }}
-	done := make(chan int, 1)
-	go func() {
-		code := cli.Main(ctx, []string{"serve", "--listen", "127.0.0.1:0"}, env)
-		logW.Close()
-		done <- code
-	}()
 	addr := make(chan string, 1)
-	go func() {
-		re := regexp.MustCompile(`msg=serving addr=(\S+)`)
-		sc := bufio.NewScanner(logR)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addr <- m[1]:
-				default: // the log is drained, whatever it says
-				}
-			}
-		}
-		io.Copy(io.Discard, logR) // a line too long for the scanner
-	}()
+	env := cli.Env{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" },
+		ServeStarted: func(s *service.Service) { addr <- s.Addrs().HTTP.String() }}
+	done := make(chan int, 1)
+	go func() { done <- cli.Main(ctx, []string{"serve", "--listen", "127.0.0.1:0"}, env) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

@@ -45,6 +45,13 @@ func (c *Config) Domains() []string {
 	return out
 }
 
+// RulesOf returns the number of rules of domain.
+func (c *Config) RulesOf(domain string) int {
+	n := 0
+	c.eachRuleOf(c.domains[domain], func(*Rule) { n++ })
+	return n
+}
+
 // Rules returns the number of rate_limit blocks in the configuration.
 func (c *Config) Rules() int { return c.rules }
 
@@ -511,6 +518,16 @@ const maxUint32 = math.MaxUint32
 
 // eachRule calls f with every rule of c.
 func (c *Config) eachRule(f func(*Rule)) {
+	for _, root := range c.domains {
+		c.eachRuleOf(root, f)
+	}
+}
+
+// eachRuleOf calls f with every rule under root (none when root is nil).
+func (c *Config) eachRuleOf(root *node, f func(*Rule)) {
+	if root == nil {
+		return
+	}
 	var walk func(n *node)
 	walk = func(n *node) {
 		if n.rule != nil {
@@ -528,7 +545,5 @@ func (c *Config) eachRule(f func(*Rule)) {
 			walk(k)
 		}
 	}
-	for _, root := range c.domains {
-		walk(root)
-	}
+	walk(root)
 }

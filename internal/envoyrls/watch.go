@@ -23,7 +23,19 @@ import (
 // same state is not tried again until it changes once more. Watch returns
 // when ctx is done.
 func (s *Service) Watch(ctx context.Context, path string, ticks <-chan time.Time) {
+	s.Watcher(path)(ctx, ticks)
+}
+
+// Watcher returns Watch of path from the state path has now, not when the
+// returned function starts: call it before starting a goroutine, and a
+// change made once it has returned is seen.
+func (s *Service) Watcher(path string) func(ctx context.Context, ticks <-chan time.Time) {
 	applied := s.stateOf(path)
+	return func(ctx context.Context, ticks <-chan time.Time) { s.watch(ctx, path, applied, ticks) }
+}
+
+// watch is Watch from the state applied.
+func (s *Service) watch(ctx context.Context, path string, applied [sha256.Size]byte, ticks <-chan time.Time) {
 	pending := applied
 	for {
 		select {

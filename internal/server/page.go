@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -83,10 +84,25 @@ type ReloadReport struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// NamespaceReport are the figures of one namespace in force.
+// EnvoyDomain is a domain of Envoy's rate limit service (Options.Envoy).
+type EnvoyDomain struct {
+	// Name is the namespace its decisions are observed under.
+	Name string
+	// Domain is the domain as configured, and Rules the number of its
+	// rules.
+	Domain string
+	Rules  int
+}
+
+// NamespaceReport are the figures of one namespace in force, or of one
+// domain of Envoy's rate limit service.
 type NamespaceReport struct {
-	Name   string `json:"name"`
+	Name string `json:"name"`
+	// Policy is the namespace's limits; zero for an Envoy domain, whose
+	// rules each have their own.
 	Policy Policy `json:"policy"`
+	// Envoy is set for a domain of Envoy's rate limit service.
+	Envoy *EnvoyReport `json:"envoy,omitempty"`
 	// Allowed and Denied count the acquires decided since start, whatever
 	// decided them (the sum of ratelimit_decisions_total{op="acquire"}
 	// over its sources). Peeks are not counted.
@@ -99,6 +115,13 @@ type NamespaceReport struct {
 	DecisionsPerSecond float64       `json:"decisions_per_second"`
 	Rate               RateReport    `json:"rate"`
 	Latency            LatencyReport `json:"latency"`
+}
+
+// EnvoyReport says which domain of Envoy's rate limit service a
+// NamespaceReport is.
+type EnvoyReport struct {
+	Domain string `json:"domain"`
+	Rules  int    `json:"rules"`
 }
 
 // RateReport is the acquires of each of the last RatePoints whole steps of
@@ -145,40 +168,20 @@ type DeniedSubject struct {
 func (s *Service) Stats(ctx context.Context) StatsReport {
 	st := s.stats
 	now := st.clock()
-	step := now.Unix() / stepSeconds
 	r := StatsReport{Time: now, Started: st.started, Namespaces: []NamespaceReport{}}
 
 	set := s.policies.Load()
 	for _, name := range set.limits.Names() {
-		l := set.limits[name]
-		ns := st.lookup(name)
-		allowed, denied := ns.rate.counts(step-1, RatePoints)
-		curAllowed, curDenied := ns.rate.counts(step, 1)
-		// The rate over the last whole step and the one in progress, or
-		// since start when that is shorter.
-		stepStart := time.Unix(step*stepSeconds, 0)
-		span := min(now.Sub(stepStart)+RateStep, now.Sub(st.started))
-		var perSecond float64
-		if span > 0 {
-			n := allowed[RatePoints-1] + denied[RatePoints-1] + curAllowed[0] + curDenied[0]
-			perSecond = float64(n) / span.Seconds()
+		r.Namespaces = append(r.Namespaces, st.report(name, now, namespacePolicy(set.limits[name])))
+	}
+	if s.envoy != nil {
+		domains := s.envoy()
+		slices.SortFunc(domains, func(a, b EnvoyDomain) int { return strings.Compare(a.Name, b.Name) })
+		for _, d := range domains {
+			nr := st.report(d.Name, now, Policy{})
+			nr.Envoy = &EnvoyReport{Domain: d.Domain, Rules: d.Rules}
+			r.Namespaces = append(r.Namespaces, nr)
 		}
-		bins, total := ns.latency.histogram(step)
-		r.Namespaces = append(r.Namespaces, NamespaceReport{
-			Name:               name,
-			Policy:             namespacePolicy(l),
-			Allowed:            ns.allowed.Load(),
-			Denied:             ns.denied.Load(),
-			Errors:             ns.errors.Load(),
-			DecisionsPerSecond: perSecond,
-			Rate:               RateReport{StepSeconds: stepSeconds, End: stepStart.UTC(), Allowed: allowed, Denied: denied},
-			Latency: LatencyReport{
-				WindowSeconds: int64(LatencyWindow / time.Second),
-				Count:         total,
-				P50Ms:         millis(quantile(&bins, total, 0.50)),
-				P99Ms:         millis(quantile(&bins, total, 0.99)),
-			},
-		})
 	}
 
 	r.Store = StoreReport{Kind: s.kind, Name: s.name, PrimaryUp: !s.degraded()}
@@ -234,6 +237,39 @@ func (s *Service) Stats(ctx context.Context) StatsReport {
 	}
 	st.mu.Unlock()
 	return r
+}
+
+// report returns the figures of namespace name at now, under policy.
+func (st *Stats) report(name string, now time.Time, policy Policy) NamespaceReport {
+	step := now.Unix() / stepSeconds
+	ns := st.lookup(name)
+	allowed, denied := ns.rate.counts(step-1, RatePoints)
+	curAllowed, curDenied := ns.rate.counts(step, 1)
+	// The rate over the last whole step and the one in progress, or
+	// since start when that is shorter.
+	stepStart := time.Unix(step*stepSeconds, 0)
+	span := min(now.Sub(stepStart)+RateStep, now.Sub(st.started))
+	var perSecond float64
+	if span > 0 {
+		n := allowed[RatePoints-1] + denied[RatePoints-1] + curAllowed[0] + curDenied[0]
+		perSecond = float64(n) / span.Seconds()
+	}
+	bins, total := ns.latency.histogram(step)
+	return NamespaceReport{
+		Name:               name,
+		Policy:             policy,
+		Allowed:            ns.allowed.Load(),
+		Denied:             ns.denied.Load(),
+		Errors:             ns.errors.Load(),
+		DecisionsPerSecond: perSecond,
+		Rate:               RateReport{StepSeconds: stepSeconds, End: stepStart.UTC(), Allowed: allowed, Denied: denied},
+		Latency: LatencyReport{
+			WindowSeconds: int64(LatencyWindow / time.Second),
+			Count:         total,
+			P50Ms:         millis(quantile(&bins, total, 0.50)),
+			P99Ms:         millis(quantile(&bins, total, 0.99)),
+		},
+	}
 }
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -12,34 +12,23 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
+	"github.com/exactlimit/ratelimit/internal/access"
 	"github.com/exactlimit/ratelimit/internal/config"
-	"github.com/exactlimit/ratelimit/internal/units"
 )
-
-// MaxBodyBytes bounds the body of an API request.
-const MaxBodyBytes = 64 << 10
-
-// MaxSubjectBytes bounds a subject.
-const MaxSubjectBytes = 1024
 
 // DefaultTimeout bounds one check when Options.Timeout is zero.
 const DefaultTimeout = time.Second
@@ -94,6 +83,11 @@ type Options struct {
 	// /readyz: each readiness request pings it, bounded by Timeout. Nil
 	// leaves /readyz to Degraded.
 	Ping func(context.Context) error
+	// Envoy, when set, lists the domains of Envoy's rate limit service,
+	// whose decisions reach Stats (and Metrics) under their own namespace
+	// (EnvoyDomain.Name): the operator page and /v1/stats show them after
+	// the namespaces.
+	Envoy func() []EnvoyDomain
 	// Clock, when set, is the time of every check and of the headers. By
 	// default checks use the store's clock (Redis's TIME) and headers
 	// time.Now. Tests set it.
@@ -102,35 +96,29 @@ type Options struct {
 
 // Service answers rate-limit checks over HTTP.
 type Service struct {
-	store        ratelimit.Store
-	name         string
-	kind         string
-	masters      func(ctx context.Context) ([]string, error)
-	token        atomic.Pointer[[]byte]
-	metricsToken atomic.Pointer[[]byte]    // SetMetricsToken
-	hosts        atomic.Pointer[hostCheck] // AllowHosts; nil: no check
-	draining     atomic.Bool
-	authLog      rateLimitedLog
-	version      string
-	timeout      time.Duration
-	outage       fallback.Outage
-	degraded     func() bool
-	hasOutage    bool // the store has an outage behaviour (Options.Degraded set)
-	ping         func(context.Context) error
-	metrics      *Metrics
-	stats        *Stats
-	log          *slog.Logger
-	clock        func() time.Time
-	now          func() time.Time
-	policies     atomic.Pointer[policySet]
-	pinned       atomic.Pointer[[]string]
-	errLog       rateLimitedLog
-	exposition   http.Handler // /metrics
-}
-
-type policySet struct {
-	limits   config.Policies
-	limiters map[string]*ratelimit.Limiter[string]
+	store      ratelimit.Store
+	name       string
+	kind       string
+	masters    func(ctx context.Context) ([]string, error)
+	envoy      func() []EnvoyDomain
+	access     access.Checker // the tokens and AllowHosts
+	draining   atomic.Bool
+	authLog    rateLimitedLog
+	version    string
+	timeout    time.Duration
+	outage     fallback.Outage
+	degraded   func() bool
+	hasOutage  bool // the store has an outage behaviour (Options.Degraded set)
+	ping       func(context.Context) error
+	metrics    *Metrics
+	stats      *Stats
+	log        *slog.Logger
+	clock      func() time.Time
+	now        func() time.Time
+	policies   atomic.Pointer[policySet]
+	pinned     atomic.Pointer[[]string]
+	errLog     rateLimitedLog
+	exposition http.Handler // /metrics
 }
 
 // New returns a Service. The error reports a missing store or an invalid
@@ -144,6 +132,7 @@ func New(o Options) (*Service, error) {
 		name:     o.StoreName,
 		kind:     o.StoreKind,
 		masters:  o.Masters,
+		envoy:    o.Envoy,
 		version:  o.Version,
 		timeout:  o.Timeout,
 		outage:   o.Outage,
@@ -189,108 +178,6 @@ func New(o Options) (*Service, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// SetPolicies replaces the namespaces and their limits. The set must hold
-// config.DefaultNamespace and every namespace pinned by Pin, and no name
-// beginning with config.ReservedPrefix (an Envoy rule's); otherwise the old
-// set stays and the error says why.
-func (s *Service) SetPolicies(p config.Policies) error {
-	if _, ok := p[config.DefaultNamespace]; !ok {
-		return fmt.Errorf("namespace %q is missing", config.DefaultNamespace)
-	}
-	if pinned := s.pinned.Load(); pinned != nil {
-		for _, ns := range *pinned {
-			if _, ok := p[ns]; !ok {
-				return fmt.Errorf("namespace %q limits the proxied requests and cannot be removed", ns)
-			}
-		}
-	}
-	set := &policySet{limits: make(config.Policies, len(p)), limiters: make(map[string]*ratelimit.Limiter[string], len(p))}
-	for ns, pol := range p {
-		if err := reservedName(ns); err != nil {
-			return fmt.Errorf("namespace %q: %w", ns, err)
-		}
-		opts := []ratelimit.Option{ratelimit.WithNamespace(ns), ratelimit.WithObserver(s.metrics.observer, s.stats)}
-		if s.clock != nil {
-			opts = append(opts, ratelimit.WithClock(s.clock))
-		}
-		lim, err := ratelimit.NewMulti[string](s.store, pol.Limits(), opts...)
-		if err != nil {
-			return fmt.Errorf("namespace %q: %w", ns, err)
-		}
-		set.limits[ns] = pol
-		set.limiters[ns] = lim
-	}
-	s.policies.Store(set)
-	s.metrics.namespaces.Set(float64(len(set.limits)))
-	return nil
-}
-
-// Policies returns the namespaces in force.
-func (s *Service) Policies() config.Policies {
-	out := make(config.Policies)
-	for k, v := range s.policies.Load().limits {
-		out[k] = v
-	}
-	return out
-}
-
-// Reload loads the policies from the file at path and puts them in force.
-// On any error the policies in force stay, and the error says why; it is
-// also logged, with the file and the namespaces kept, and counted in
-// ratelimit_config_reloads_total{result="error"}. The outcome is in
-// /v1/stats either way.
-func (s *Service) Reload(path string) error {
-	p, err := config.Load(path)
-	old := s.policies.Load().limits
-	if err == nil {
-		err = s.SetPolicies(p)
-	}
-	s.stats.recordReload(path, err)
-	if err != nil {
-		s.metrics.reloads.WithLabelValues("error").Inc()
-		s.log.Error("config reload refused; keeping the previous policies",
-			"file", path, "err", err, "policies", s.policies.Load().limits.String())
-		return err
-	}
-	s.metrics.reloads.WithLabelValues("ok").Inc()
-	attrs := []any{"file", path, "policies", p.String()}
-	if removed := removedNames(old, p); len(removed) > 0 {
-		attrs = append(attrs, "removed", strings.Join(removed, ","))
-	}
-	s.log.Info("config reloaded", attrs...)
-	return nil
-}
-
-// Pin makes namespaces required: SetPolicies refuses a set without them.
-// The proxy pins the namespace it limits requests with.
-func (s *Service) Pin(namespaces ...string) error {
-	set := s.policies.Load()
-	for _, ns := range namespaces {
-		if _, ok := set.limits[ns]; !ok {
-			return fmt.Errorf("unknown namespace %q (known: %s)", ns, knownNames(set))
-		}
-	}
-	old := s.pinned.Load()
-	var all []string
-	if old != nil {
-		all = append(all, *old...)
-	}
-	all = append(all, namespaces...)
-	s.pinned.Store(&all)
-	return nil
-}
-
-// reservedName returns a *config.ReservedError when ns is named like an
-// Envoy rule's namespace, else nil: such a namespace would share the rule's
-// buckets, and a reset of it would reset them.
-func reservedName(ns string) error {
-	var reserved *config.ReservedError
-	if err := config.CheckName(ns); errors.As(err, &reserved) {
-		return err
-	}
-	return nil
 }
 
 // errUnknownNamespace is returned by check for a namespace not in force.
@@ -357,103 +244,6 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("/metrics", s.serveMetrics)
 	mux.HandleFunc("/", s.servePage)
 	return s.checkHost(mux)
-}
-
-// APIRequest is the body of every /v1/ request.
-type APIRequest struct {
-	// Namespace names the policy; empty means config.DefaultNamespace.
-	Namespace string `json:"namespace"`
-	// Subject is whose bucket to use: a user, an API key, an IP address.
-	Subject string `json:"subject"`
-	// Cost is the tokens acquire takes (default 1), from each of the
-	// namespace's limits. When set it must be 1 up to the namespace's
-	// capacity (the smaller one, with a token_limit) for every operation;
-	// peek and reset ignore its value.
-	Cost *int64 `json:"cost"`
-}
-
-// Decision is the JSON form of a ratelimit.Decision.
-type Decision struct {
-	Allowed   bool   `json:"allowed"`
-	Namespace string `json:"namespace"`
-	// Subject is absent from a settle's answer: the token names it.
-	Subject string `json:"subject,omitempty"`
-	Cost    int64  `json:"cost,omitempty"`
-	// Remaining is the whole tokens left after the check.
-	Remaining int64 `json:"remaining"`
-	// Limit is the capacity of the policy that bound the decision.
-	Limit int64 `json:"limit"`
-	// RetryAfterMs is the wait until the cost is available, rounded up to
-	// milliseconds; 0 when allowed.
-	RetryAfterMs int64 `json:"retry_after_ms"`
-	// ResetAfterMs is the wait until the bucket is full, rounded up.
-	ResetAfterMs int64 `json:"reset_after_ms"`
-	// Source is what decided: "store", "local", "fail-open",
-	// "fail-closed" or "cache".
-	Source string  `json:"source"`
-	Policy *Policy `json:"policy,omitempty"`
-	// Costs is a reserve's estimate when it gives one cost per limit.
-	Costs []int64 `json:"costs,omitempty"`
-	// Token is the reservation of an allowed /v1/reserve, to settle, and
-	// TTLMs its lifetime in milliseconds.
-	Token string `json:"token,omitempty"`
-	TTLMs int64  `json:"ttl_ms,omitempty"`
-	// Error is set when the decision was not enforced and the request was
-	// denied: the store could not be reached.
-	Error string `json:"error,omitempty"`
-}
-
-// Policy is the JSON form of a ratelimit.Limit.
-type Policy struct {
-	Capacity     int64  `json:"capacity"`
-	RefillTokens int64  `json:"refill_tokens"`
-	RefillPeriod string `json:"refill_period"`
-	// Tokens is a namespace's token_limit, in GET /v1/config and the
-	// operator page's figures; nil elsewhere and without one.
-	Tokens *Policy `json:"tokens,omitempty"`
-}
-
-// limitPolicy is the JSON form of l.
-func limitPolicy(l ratelimit.Limit) Policy {
-	return Policy{Capacity: l.Capacity, RefillTokens: l.RefillTokens, RefillPeriod: units.Format(l.RefillPeriod)}
-}
-
-// namespacePolicy is the JSON form of a namespace's limits: its rate_limit,
-// with its token_limit as Tokens.
-func namespacePolicy(p config.Policy) Policy {
-	out := limitPolicy(p.Requests)
-	if p.HasTokens() {
-		t := limitPolicy(p.Tokens)
-		out.Tokens = &t
-	}
-	return out
-}
-
-// NewDecision returns the JSON form of d for subject in namespace ns.
-func NewDecision(ns, subject string, cost int64, d ratelimit.Decision) Decision {
-	out := Decision{
-		Allowed:      d.Allowed,
-		Namespace:    ns,
-		Subject:      subject,
-		Cost:         cost,
-		Remaining:    max(d.Remaining, 0),
-		Limit:        d.Limit.Capacity,
-		RetryAfterMs: ceilMillis(d.RetryAfter),
-		ResetAfterMs: ceilMillis(d.ResetAfter),
-		Source:       d.Source.String(),
-	}
-	if d.Limit.Validate() == nil {
-		p := limitPolicy(d.Limit)
-		out.Policy = &p
-	}
-	return out
-}
-
-func ceilMillis(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // api returns the handler of one /v1/ operation.
@@ -593,130 +383,6 @@ func (s *Service) lookup(w http.ResponseWriter, path, name string) (string, conf
 	return name, pol, ok
 }
 
-// decode reads an APIRequest, or returns the status and message of why it
-// cannot.
-func (s *Service) decode(w http.ResponseWriter, r *http.Request) (req APIRequest, code int, msg string) {
-	if code, msg = decodeBody(w, r, &req, apiFields); code != 0 {
-		return req, code, msg
-	}
-	code, msg = checkSubject(req.Subject)
-	return req, code, msg
-}
-
-// decodeBody reads the body into v, a pointer to a struct of the fields
-// named in fields, or returns the status and message of why it cannot.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any, fields []string) (code int, msg string) {
-	data, code, msg := readBody(w, r, fields)
-	if code != 0 {
-		return code, msg
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		if _, err2 := dec.Token(); !errors.Is(err2, io.EOF) {
-			var mbe *http.MaxBytesError
-			if errors.As(err2, &mbe) {
-				err = err2
-			} else {
-				return http.StatusBadRequest, "the body must hold one JSON object and nothing after it"
-			}
-		}
-	}
-	if err != nil {
-		var mbe *http.MaxBytesError
-		var syn *json.SyntaxError
-		var typ *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &mbe):
-			return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit)
-		case errors.Is(err, io.EOF):
-			return http.StatusBadRequest, fmt.Sprintf("empty body; send a JSON object of %s", fieldList(fields))
-		case errors.Is(err, io.ErrUnexpectedEOF):
-			return http.StatusBadRequest, "malformed JSON: the body ends in the middle of a value"
-		case errors.As(err, &syn):
-			return http.StatusBadRequest, fmt.Sprintf("malformed JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
-		case errors.As(err, &typ):
-			if typ.Field == "" {
-				return http.StatusBadRequest, fmt.Sprintf("the body must be a JSON object, not %s", typ.Value)
-			}
-			return http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
-		default:
-			return http.StatusBadRequest, strings.TrimPrefix(err.Error(), "json: ")
-		}
-	}
-	return 0, ""
-}
-
-// checkSubject returns the status and message of why subject cannot name a
-// bucket, or 0.
-func checkSubject(subject string) (code int, msg string) {
-	switch {
-	case subject == "":
-		return http.StatusBadRequest, `subject is required, e.g. {"subject": "alice"}`
-	case len(subject) > MaxSubjectBytes:
-		return http.StatusBadRequest, fmt.Sprintf("subject is longer than %d bytes", MaxSubjectBytes)
-	case strings.ContainsRune(subject, utf8.RuneError):
-		// Lone surrogate escapes ("\ud800") decode to U+FFFD as invalid
-		// bytes do: refused, so that no two subjects share a bucket.
-		return http.StatusBadRequest, "subject holds U+FFFD or a lone surrogate escape; send valid UTF-8"
-	}
-	return 0, ""
-}
-
-func jsonKind(k string) string {
-	switch k {
-	case "int64":
-		return "a whole number"
-	case "string":
-		return "a string"
-	}
-	return k
-}
-
-func (s *Service) authorized(r *http.Request) bool {
-	token := *s.token.Load()
-	return len(token) == 0 || bearerIs(r, token)
-}
-
-// metricsAuthorized reports whether r may read /metrics: with the metrics
-// token (SetMetricsToken) or the API's, when either is set.
-func (s *Service) metricsAuthorized(r *http.Request) bool {
-	token, mt := *s.token.Load(), *s.metricsToken.Load()
-	if len(token) == 0 && len(mt) == 0 {
-		return true
-	}
-	return len(mt) > 0 && bearerIs(r, mt) || len(token) > 0 && bearerIs(r, token)
-}
-
-// bearerIs reports whether r carries "Authorization: Bearer token".
-func bearerIs(r *http.Request, token []byte) bool {
-	h := r.Header.Get("Authorization")
-	const prefix = "Bearer "
-	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h[len(prefix):])), token) == 1
-}
-
-func (s *Service) healthz(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		s.fail(w, "/healthz", http.StatusMethodNotAllowed, "/healthz wants GET")
-		return
-	}
-	state := "primary"
-	if s.degraded() {
-		state = "outage: " + s.outage.String()
-	}
-	s.reply(w, "/healthz", http.StatusOK, map[string]any{
-		"status":     "ok",
-		"store":      s.name,
-		"serving":    state,
-		"namespaces": s.policies.Load().limits.Names(),
-	})
-}
-
 func (s *Service) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
@@ -745,32 +411,4 @@ func (s *Service) reply(w http.ResponseWriter, path string, code int, v any) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client may be gone
-}
-
-func knownNames(set *policySet) string {
-	names := set.limits.Names()
-	if len(names) > 10 {
-		names = append(slices.Clip(names[:10]), "...")
-	}
-	return strings.Join(names, ", ")
-}
-
-// rateLimitedLog logs at most one line a second, counting the lines it
-// dropped, so that an outage does not flood the log.
-type rateLimitedLog struct {
-	last    atomic.Int64
-	dropped atomic.Int64
-}
-
-func (l *rateLimitedLog) log(lg *slog.Logger, msg string, args ...any) {
-	now := time.Now().UnixNano()
-	last := l.last.Load()
-	if now-last < int64(time.Second) || !l.last.CompareAndSwap(last, now) {
-		l.dropped.Add(1)
-		return
-	}
-	if n := l.dropped.Swap(0); n > 0 {
-		args = append(args, "similar_lines_dropped", n)
-	}
-	lg.Warn(msg, args...)
 }

@@ -128,7 +128,7 @@ func (s *Stats) ObserveDecision(_ context.Context, e ratelimit.DecisionEvent) {
 	ns.rate.add(step, e.Decision.Allowed)
 	if !e.Decision.Allowed && e.Decision.Enforced() && s.top != nil {
 		s.mu.Lock()
-		s.top.add(e.Namespace, subjectOf(e.Namespace, e.Key), now.Unix()/halfLifeSecs)
+		s.top.add(e.Namespace, subjectOf(e.Key), now.Unix()/halfLifeSecs)
 		s.mu.Unlock()
 	}
 }
@@ -199,12 +199,12 @@ func (s *Stats) ns(name string) *nsStats {
 	return v.(*nsStats)
 }
 
-// subjectOf returns the subject of a Limiter's store key in namespace ns:
-// the key without the prefix the Limiter writes (len(ns) ":" ns ":"), cut
-// to MaxTopSubjectBytes.
-func subjectOf(ns, key string) string {
-	prefix := keyfmt.Prefix(ns)
-	subject := strings.TrimPrefix(key, prefix)
+// subjectOf returns the subject of a store key: the key without the frame
+// of its namespace (len ":" namespace ":"), whichever namespace it is (an
+// Envoy domain's events carry the keys of its rules' namespaces), cut to
+// MaxTopSubjectBytes.
+func subjectOf(key string) string {
+	_, subject := keyfmt.Split(key)
 	if len(subject) <= MaxTopSubjectBytes {
 		return strings.Clone(subject)
 	}

@@ -280,15 +280,22 @@ func TestSubjectOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := subjectOf("api:v2", lim.Key("alice")); got != "alice" {
+	if got := subjectOf(lim.Key("alice")); got != "alice" {
 		t.Errorf("subject of the limiter's key %q: %q, want alice", lim.Key("alice"), got)
 	}
-	if got := subjectOf("api", "other:key"); got != "other:key" {
+	rule, err := ratelimit.New[string](memstore.New(), ratelimit.PerSecond(1), ratelimit.WithNamespace("envoy:4:edge:14:remote_address:0:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := subjectOf(rule.Key("10.0.0.1")); got != "10.0.0.1" {
+		t.Errorf("subject of an Envoy rule's key %q: %q, want 10.0.0.1", rule.Key("10.0.0.1"), got)
+	}
+	if got := subjectOf("other:key"); got != "other:key" {
 		t.Errorf("a key without the prefix: %q", got)
 	}
 	long1 := strings.Repeat("é", 200) + "1"
 	long2 := strings.Repeat("é", 200) + "2"
-	a, b := subjectOf("api", long1), subjectOf("api", long2)
+	a, b := subjectOf(long1), subjectOf(long2)
 	if len(a) > MaxTopSubjectBytes || len(b) > MaxTopSubjectBytes || !utf8.ValidString(a) {
 		t.Errorf("long subject kept as %d bytes (valid UTF-8: %v), want at most %d", len(a), utf8.ValidString(a), MaxTopSubjectBytes)
 	}
@@ -396,5 +403,30 @@ func TestStatsConcurrent(t *testing.T) {
 	ns := nsReport(t, s.Stats(ctx), "default")
 	if ns.Allowed+ns.Denied != 8000 || ns.Denied != 8*334 {
 		t.Errorf("totals: %d allowed, %d denied; want 8000 in all, %d denied", ns.Allowed, ns.Denied, 8*334)
+	}
+}
+
+// TestStatsEnvoyDomains: the domains of Options.Envoy follow the
+// namespaces, sorted, with their figures and their rules, and no policy.
+func TestStatsEnvoyDomains(t *testing.T) {
+	s, _ := newStatsService(t, Options{Envoy: func() []EnvoyDomain {
+		return []EnvoyDomain{{Name: "envoy:web", Domain: "web", Rules: 1}, {Name: "envoy:edge", Domain: "edge", Rules: 3}}
+	}}, StatsOptions{})
+	decide(s.stats, "envoy:edge", "10.0.0.1", 4, true, time.Millisecond)
+	decide(s.stats, "envoy:edge", "10.0.0.1", 1, false, time.Millisecond)
+	r := s.Stats(context.Background())
+	var names []string
+	for _, ns := range r.Namespaces {
+		names = append(names, ns.Name)
+	}
+	if got := strings.Join(names, " "); got != "default envoy:edge envoy:web" {
+		t.Errorf("namespaces %q, want default, then the domains sorted", got)
+	}
+	edge := nsReport(t, r, "envoy:edge")
+	if edge.Allowed != 4 || edge.Denied != 1 || edge.Envoy == nil || *edge.Envoy != (EnvoyReport{Domain: "edge", Rules: 3}) || edge.Policy != (Policy{}) {
+		t.Errorf("envoy:edge: %+v, envoy %+v", edge, edge.Envoy)
+	}
+	if d := nsReport(t, r, "default"); d.Envoy != nil {
+		t.Errorf("the namespace default reports an Envoy domain: %+v", d.Envoy)
 	}
 }

@@ -280,7 +280,12 @@
   function fillNamespace(card, ns) {
     const set = (f, v) => { card.querySelector('[data-field="' + f + '"]').textContent = v; };
     const p = ns.policy;
-    set("policy", p.refill_tokens + " per " + p.refill_period + ", burst " + p.capacity);
+    if (ns.envoy) {
+      const n = ns.envoy.rules;
+      set("policy", "Envoy domain " + ns.envoy.domain + ", " + n + (n === 1 ? " rule" : " rules") + ", each with its limit");
+    } else {
+      set("policy", p.refill_tokens + " per " + p.refill_period + ", burst " + p.capacity);
+    }
     set("allowed", num(ns.allowed));
     set("denied", num(ns.denied));
     set("errors", num(ns.errors));

@@ -1,4 +1,4 @@
-package cli
+package service
 
 import (
 	"context"
@@ -42,82 +42,32 @@ const (
 	grpcHandshakeTimeout = 10 * time.Second
 )
 
-// grpcTLS names the PEM files of the gRPC listener's TLS: its certificate
-// chain and key, and for mutual TLS the CA that client certificates must
-// chain to. All empty: plaintext. The flags --grpc-tls-cert, --grpc-tls-key
-// and --grpc-tls-client-ca fill it; so may envoyproxy/ratelimit's
-// environment settings.
-type grpcTLS struct {
-	cert, key, clientCA string
-}
-
-func (t *grpcTLS) register(fs *flagSet) {
-	fs.StringVar(&t.cert, "grpc-tls-cert", "", "with --grpc-listen, serve TLS with the PEM certificate chain in `FILE` (needs --grpc-tls-key)")
-	fs.StringVar(&t.key, "grpc-tls-key", "", "with --grpc-tls-cert, the PEM private key in `FILE`")
-	fs.StringVar(&t.clientCA, "grpc-tls-client-ca", "", "with --grpc-tls-cert, mutual TLS: require client certificates issued by the PEM CAs in `FILE`")
-}
-
-// withPeer returns t with the peer's settings p (GRPC_SERVER_USE_TLS=true
-// and its files) in the fields t leaves empty. A field set by a flag (or by
-// its RATELIMIT_GRPC_TLS_* variable) wins over the peer's, and the log says
-// so; a field only the peer's settings name is kept, so that a client CA of
-// GRPC_CLIENT_TLS_CACERT is never dropped for a certificate given by a flag.
-// Without GRPC_SERVER_USE_TLS=true it returns t. With it, a combination
-// without a certificate and a key is a usage error: never served as
-// plaintext.
-func (t grpcTLS) withPeer(p peerTLS, log *slog.Logger) (grpcTLS, error) {
-	if !p.use {
-		return t, nil
-	}
-	for _, f := range []struct {
-		flag, env   string
-		dst         *string
-		peerSetting string
-	}{
-		{"--grpc-tls-cert", "GRPC_SERVER_TLS_CERT", &t.cert, p.cert},
-		{"--grpc-tls-key", "GRPC_SERVER_TLS_KEY", &t.key, p.key},
-		{"--grpc-tls-client-ca", "GRPC_CLIENT_TLS_CACERT", &t.clientCA, p.clientCA},
-	} {
-		switch {
-		case f.peerSetting == "":
-		case *f.dst == "":
-			*f.dst = f.peerSetting
-		default:
-			log.Warn("the gRPC listener's TLS: a flag wins over the peer's setting", "flag", f.flag, "overrides", f.env, "file", *f.dst)
-		}
-	}
-	if t.cert == "" || t.key == "" {
-		return t, usagef("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (or --grpc-tls-cert and --grpc-tls-key)")
-	}
-	return t, nil
-}
-
 // enabled reports whether TLS is asked for.
-func (t grpcTLS) enabled() bool { return t.cert != "" || t.key != "" || t.clientCA != "" }
+func (t TLSFiles) enabled() bool { return t.Cert != "" || t.Key != "" || t.ClientCA != "" }
 
 // config loads the files into a TLS configuration, or returns nil for
 // plaintext. A partial set (a key without its certificate, a client CA
-// without a certificate) is a usage error.
-func (t grpcTLS) config() (*tls.Config, error) {
+// without a certificate) is a *ConfigError.
+func (t TLSFiles) config() (*tls.Config, error) {
 	if !t.enabled() {
 		return nil, nil
 	}
-	if t.cert == "" || t.key == "" {
-		return nil, usagef("--grpc-tls-cert and --grpc-tls-key go together (--grpc-tls-client-ca needs both)")
+	if t.Cert == "" || t.Key == "" {
+		return nil, configErrorf("--grpc-tls-cert and --grpc-tls-key go together (--grpc-tls-client-ca needs both)")
 	}
-	pair, err := tls.LoadX509KeyPair(t.cert, t.key)
+	pair, err := tls.LoadX509KeyPair(t.Cert, t.Key)
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-tls-cert, --grpc-tls-key: %w", err)
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
-	if t.clientCA != "" {
-		pem, err := os.ReadFile(t.clientCA)
+	if t.ClientCA != "" {
+		pem, err := os.ReadFile(t.ClientCA)
 		if err != nil {
 			return nil, fmt.Errorf("--grpc-tls-client-ca: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--grpc-tls-client-ca %s: no PEM certificate in it", t.clientCA)
+			return nil, fmt.Errorf("--grpc-tls-client-ca %s: no PEM certificate in it", t.ClientCA)
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
@@ -127,7 +77,7 @@ func (t grpcTLS) config() (*tls.Config, error) {
 
 // grpcServerConfig is what newGRPCServer builds a server from.
 type grpcServerConfig struct {
-	tls grpcTLS
+	tls TLSFiles
 	// callTimeout bounds a call from its request message to its answer:
 	// --timeout. A call that runs past it ends with DEADLINE_EXCEEDED.
 	callTimeout time.Duration

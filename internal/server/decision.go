@@ -1,0 +1,106 @@
+package server
+
+import (
+	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/config"
+	"github.com/exactlimit/ratelimit/internal/units"
+)
+
+// APIRequest is the body of every /v1/ request.
+type APIRequest struct {
+	// Namespace names the policy; empty means config.DefaultNamespace.
+	Namespace string `json:"namespace"`
+	// Subject is whose bucket to use: a user, an API key, an IP address.
+	Subject string `json:"subject"`
+	// Cost is the tokens acquire takes (default 1), from each of the
+	// namespace's limits. When set it must be 1 up to the namespace's
+	// capacity (the smaller one, with a token_limit) for every operation;
+	// peek and reset ignore its value.
+	Cost *int64 `json:"cost"`
+}
+
+// Decision is the JSON form of a ratelimit.Decision.
+type Decision struct {
+	Allowed   bool   `json:"allowed"`
+	Namespace string `json:"namespace"`
+	// Subject is absent from a settle's answer: the token names it.
+	Subject string `json:"subject,omitempty"`
+	Cost    int64  `json:"cost,omitempty"`
+	// Remaining is the whole tokens left after the check.
+	Remaining int64 `json:"remaining"`
+	// Limit is the capacity of the policy that bound the decision.
+	Limit int64 `json:"limit"`
+	// RetryAfterMs is the wait until the cost is available, rounded up to
+	// milliseconds; 0 when allowed.
+	RetryAfterMs int64 `json:"retry_after_ms"`
+	// ResetAfterMs is the wait until the bucket is full, rounded up.
+	ResetAfterMs int64 `json:"reset_after_ms"`
+	// Source is what decided: "store", "local", "fail-open",
+	// "fail-closed" or "cache".
+	Source string  `json:"source"`
+	Policy *Policy `json:"policy,omitempty"`
+	// Costs is a reserve's estimate when it gives one cost per limit.
+	Costs []int64 `json:"costs,omitempty"`
+	// Token is the reservation of an allowed /v1/reserve, to settle, and
+	// TTLMs its lifetime in milliseconds.
+	Token string `json:"token,omitempty"`
+	TTLMs int64  `json:"ttl_ms,omitempty"`
+	// Error is set when the decision was not enforced and the request was
+	// denied: the store could not be reached.
+	Error string `json:"error,omitempty"`
+}
+
+// Policy is the JSON form of a ratelimit.Limit.
+type Policy struct {
+	Capacity     int64  `json:"capacity"`
+	RefillTokens int64  `json:"refill_tokens"`
+	RefillPeriod string `json:"refill_period"`
+	// Tokens is a namespace's token_limit, in GET /v1/config and the
+	// operator page's figures; nil elsewhere and without one.
+	Tokens *Policy `json:"tokens,omitempty"`
+}
+
+// limitPolicy is the JSON form of l.
+func limitPolicy(l ratelimit.Limit) Policy {
+	return Policy{Capacity: l.Capacity, RefillTokens: l.RefillTokens, RefillPeriod: units.Format(l.RefillPeriod)}
+}
+
+// namespacePolicy is the JSON form of a namespace's limits: its rate_limit,
+// with its token_limit as Tokens.
+func namespacePolicy(p config.Policy) Policy {
+	out := limitPolicy(p.Requests)
+	if p.HasTokens() {
+		t := limitPolicy(p.Tokens)
+		out.Tokens = &t
+	}
+	return out
+}
+
+// NewDecision returns the JSON form of d for subject in namespace ns.
+func NewDecision(ns, subject string, cost int64, d ratelimit.Decision) Decision {
+	out := Decision{
+		Allowed:      d.Allowed,
+		Namespace:    ns,
+		Subject:      subject,
+		Cost:         cost,
+		Remaining:    max(d.Remaining, 0),
+		Limit:        d.Limit.Capacity,
+		RetryAfterMs: ceilMillis(d.RetryAfter),
+		ResetAfterMs: ceilMillis(d.ResetAfter),
+		Source:       d.Source.String(),
+	}
+	if d.Limit.Validate() == nil {
+		p := limitPolicy(d.Limit)
+		out.Policy = &p
+	}
+	return out
+}
+
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}

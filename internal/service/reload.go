@@ -1,0 +1,134 @@
+package service
+
+import (
+	"context"
+	"crypto/sha256"
+	"io"
+	"os"
+	"time"
+
+	"github.com/exactlimit/ratelimit/internal/units"
+)
+
+// A reloader reads one file of the service again and puts it in force; on
+// an error it logs why and keeps what is in force (the Prometheus pattern:
+// one list, applied in turn by a signal and by a file change alike).
+type reloader struct {
+	name   string
+	path   string
+	every  time.Duration // how often a watcher looks at path; 0: never
+	reload func()
+	// watch, when set, watches path itself from its state when reloaders
+	// ran (the Envoy config, a directory whose files it lists), instead of
+	// the service's digest of one file.
+	watch func(ctx context.Context, ticks <-chan time.Time)
+}
+
+// reloaders lists the files of the service: the token files, the
+// namespaces and the Envoy config, in the order Reload reads them.
+func (s *Service) reloaders() []reloader {
+	c := &s.cfg
+	log := c.Logger
+	var out []reloader
+	token := func(setting, path string, set func(string)) {
+		if path == "" {
+			return
+		}
+		out = append(out, reloader{name: setting, path: path, every: c.Watch, reload: func() {
+			token, err := ReadTokenFile(setting, path)
+			if err != nil {
+				log.Error("token reload refused; keeping the previous token", "err", err)
+				return
+			}
+			set(token)
+			log.Info("token reloaded", "file", path)
+		}})
+	}
+	token("--token-file", c.TokenFile, s.api.SetToken)
+	token("--metrics-token-file", c.MetricsTokenFile, s.api.SetMetricsToken)
+	if c.ConfigFile != "" {
+		out = append(out, reloader{name: "--config", path: c.ConfigFile, every: c.Watch, reload: func() {
+			s.api.Reload(c.ConfigFile) //nolint:errcheck // Reload logs the outcome
+		}})
+	}
+	if s.envoy != nil {
+		ec, svc := c.Envoy, s.envoy.svc
+		out = append(out, reloader{name: "--envoy-config", path: ec.ConfigPath, every: ec.Watch,
+			reload: func() { svc.Reload(ec.ConfigPath) }, //nolint:errcheck // Reload logs the outcome
+			watch:  svc.Watcher(ec.ConfigPath),
+		})
+	}
+	return out
+}
+
+// Reload reads every file the service reads again (the token files, the
+// namespaces of Config.ConfigFile, the Envoy config) and puts each in force;
+// a file that does not load is logged and what was in force stays. The
+// command calls it on SIGHUP.
+func (s *Service) Reload() {
+	hasConfig := false
+	for _, r := range s.reload {
+		r.reload()
+		hasConfig = hasConfig || r.name == "--config" || r.name == "--envoy-config"
+	}
+	if !hasConfig {
+		s.cfg.Logger.Warn("SIGHUP: no --config file to reload; the policies stay", "policies", s.api.Policies().String())
+	}
+}
+
+// watch starts a watcher for each file that has an interval, until ctx is
+// done.
+func (s *Service) watch(ctx context.Context) {
+	for _, r := range s.reload {
+		if r.every <= 0 {
+			continue
+		}
+		tick := time.NewTicker(r.every)
+		w := r.watch
+		if w == nil {
+			applied := digest(r.path) // now: an edit after Start is a change
+			w = func(ctx context.Context, ticks <-chan time.Time) { watchFile(ctx, r.path, applied, ticks, r.reload) }
+		}
+		s.bgDone.Go(func() { defer tick.Stop(); w(ctx, tick.C) })
+	}
+}
+
+// watchFile calls reload when the file at path changes from applied, its
+// digest, until ctx is done. It looks at the file on every
+// tick, by content, following symbolic links; a change is reloaded once
+// the same content is seen on two ticks in a row, so that a file written in
+// several steps is loaded once, when it is done (as envoyrls.Service.Watch).
+func watchFile(ctx context.Context, path string, applied [sha256.Size]byte, ticks <-chan time.Time, reload func()) {
+	pending := applied
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticks:
+		}
+		now := digest(path)
+		switch {
+		case now != pending:
+			pending = now
+		case now != applied:
+			applied = now
+			reload()
+		}
+	}
+}
+
+// digest is the SHA-256 of the file at path (up to one byte past
+// units.MaxFileSize), or of its error.
+func digest(path string) [sha256.Size]byte {
+	h := sha256.New()
+	f, err := os.Open(path)
+	if err == nil {
+		_, err = io.Copy(h, io.LimitReader(f, units.MaxFileSize+1))
+		f.Close()
+	}
+	if err != nil {
+		h.Reset()
+		io.WriteString(h, "error "+err.Error()) //nolint:errcheck // a hash does not fail
+	}
+	return [sha256.Size]byte(h.Sum(nil))
+}
