@@ -68,6 +68,18 @@ log "$(/usr/bin/chromium --version 2>/dev/null)"
 
 command -v go >/dev/null || { log "go not found on PATH"; exit 1; }
 
+# internal/doctest compiles the docs' Go snippets offline (GOPROXY=off), in a
+# module of its own with this module's go.mod: a snippet may import any
+# package of this module's build list (go.opentelemetry.io/otel/trace, which
+# no package here imports), so every module of the build list must be in the
+# module cache first. -modfile points at a copy, so that the checksums this
+# records land in the copy's go.sum, not in the repository's.
+log "go mod download all (the module set of the docs' snippets)"
+modcopy="$(mktemp -d)"
+cp go.mod go.sum "$modcopy/"
+go mod download -modfile="$modcopy/go.mod" all
+rm -rf "$modcopy"
+
 log "go vet ./..."
 go vet ./...
 
@@ -93,5 +105,6 @@ if [ -f bench/go.mod ]; then
 	log "nested module ./bench: go vet and go test"
 	# -mod=mod: the bench module follows the root module through a replace
 	# directive, so a new requirement there must not fail the build here.
-	(cd bench && GOFLAGS=-mod=mod go vet ./... && GOFLAGS=-mod=mod go test -count=1 ./...)
+	# GOFLAGS keeps the caller's flags (CI's -modcacherw).
+	(cd bench && export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod" && go vet ./... && go test -count=1 ./...)
 fi
