@@ -122,8 +122,12 @@ func acquires(t *testing.T, body, ns, result string) int {
 // fetched /v1/stats with the token) is what /metrics reports, that the store
 // and a refused reload are shown, and that Redis stopped shows as an outage
 // with the behaviour in force. It saves a screenshot of each state in the
-// test's artifact directory (go test -artifacts keeps them).
+// test's artifact directory (go test -artifacts keeps them). Under go test
+// -short it is skipped: it starts a browser.
 func TestOperatorPage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts no browser; run without -short")
+	}
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Fatalf("%s not found (%v): the operator page test needs Debian's chromium; run scripts/test.sh, which installs it", chromiumPath, err)
 	}
