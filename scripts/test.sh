@@ -128,6 +128,7 @@ if [ -f bench/go.mod ]; then
 	log "nested module ./bench: go vet and go test"
 	# -mod=mod: the bench module follows the root module through a replace
 	# directive, so a new requirement there must not fail the build here.
-	# GOFLAGS keeps the caller's flags (CI's -modcacherw).
-	(cd bench && export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod" && go vet ./... && go test -count=1 ./...)
+	# GOFLAGS keeps the caller's flags (CI's -modcacherw), from the
+	# environment or go env -w.
+	(cd bench && flags="$(go env GOFLAGS)" && export GOFLAGS="${flags:+$flags }-mod=mod" && go vet ./... && go test -count=1 ./...)
 fi
