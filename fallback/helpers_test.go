@@ -162,15 +162,23 @@ func req(limit ratelimit.Limit, cost int64, now time.Time) ratelimit.Request {
 // code outlives the test (give it up to 3 s to wind down).
 func checkNoLeak(t *testing.T) {
 	t.Helper()
+	checkGone(t, "fallback.Store code", "fallback.(*Store)")
+}
+
+// checkGone fails the test when a goroutine whose stack contains marker
+// (what, in the message) outlives the test and the cleanups registered
+// after this call: give it up to 3 s to wind down.
+func checkGone(t *testing.T, what, marker string) {
+	t.Helper()
 	t.Cleanup(func() {
 		deadline := time.Now().Add(3 * time.Second)
 		for {
-			leaked := storeGoroutines()
+			leaked := goroutinesWith(marker)
 			if leaked == "" {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Errorf("goroutines still running fallback.Store code after the test:\n%s", leaked)
+				t.Errorf("goroutines still running %s after the test:\n%s", what, leaked)
 				return
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -178,14 +186,14 @@ func checkNoLeak(t *testing.T) {
 	})
 }
 
-// storeGoroutines returns the stacks of the goroutines that are inside a
-// method of Store.
-func storeGoroutines() string {
+// goroutinesWith returns the stacks of the goroutines whose stack contains
+// marker.
+func goroutinesWith(marker string) string {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	var out []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "fallback.(*Store)") {
+		if strings.Contains(g, marker) {
 			out = append(out, g)
 		}
 	}

@@ -10,10 +10,11 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/redisstore"
 )
 
-var masterKillRuns = flag.Int("fallback.killruns", 5, "runs of TestClusterMasterKilledPlainSetUp")
+var masterKillRuns = flag.Int("fallback.killruns", 5, "runs of TestClusterMasterKilledPlainSetUp in the timing tier (RATELIMIT_TIMING=1; the default run makes one)")
 
 // clusterSubjects returns n subjects of lim spread over c's masters, round
 // robin, and the master of each.
@@ -59,12 +60,20 @@ func plainClusterSetUp(t *testing.T, replicas int, ns string) (*redistest.Cluste
 // Bounds checked in every run: no check of the other masters' subjects
 // leaves the shared buckets or fails; the dead master's subjects are back on
 // the shared buckets within 300 ms of the failover (the promoted replica
-// serving its slots).
+// serving its slots). The default run checks, once, that the dead master's
+// subjects come back and that no check of the other masters leaves the
+// shared buckets without running into its deadline; the timing tier
+// (RATELIMIT_TIMING=1) holds the bounds, in every run.
 func TestClusterMasterKilledPlainSetUp(t *testing.T) {
 	checkNoLeak(t)
 	const deadline = 200 * time.Millisecond
 	const backBound = 300 * time.Millisecond
-	for run := range *masterKillRuns {
+	timed := testkit.Timed(t)
+	runs := 1
+	if timed {
+		runs = *masterKillRuns
+	}
+	for run := range runs {
 		t.Run(fmt.Sprint("run ", run), func(t *testing.T) {
 			c, _, lim, subjects, master := plainClusterSetUp(t, 1, "kill")
 			victim := master[subjects[0]]
@@ -99,13 +108,15 @@ func TestClusterMasterKilledPlainSetUp(t *testing.T) {
 				slowestOther = max(slowestOther, e.took())
 				if !e.onStore() {
 					otherBad++
-					t.Errorf("a check of %s, on a master that stayed up, left the shared buckets %v after the kill: %+v, %v", e.subject, e.start.Sub(killAt), e.d, e.err)
+					if timed || !e.ranOut(deadline) {
+						t.Errorf("a check of %s, on a master that stayed up, left the shared buckets %v after the kill (took %v): %+v, %v", e.subject, e.start.Sub(killAt), e.took(), e.d, e.err)
+					}
 				}
 			}
 			back := backAt.Sub(failoverAt)
 			t.Logf("FIGURE plain set-up, run %d: failover %v after the kill; the dead master's subjects back %v after it (bound %v), %d of their checks off the shared buckets; other masters: %d degraded or failed, slowest check %v; %d checks",
 				run, failoverAt.Sub(killAt), back, backBound, victimOff, otherBad, slowestOther, len(events))
-			if back > backBound {
+			if timed && back > backBound {
 				t.Errorf("the dead master's subjects came back %v after the failover, want within %v", back, backBound)
 			}
 		})
@@ -116,10 +127,15 @@ func TestClusterMasterKilledPlainSetUp(t *testing.T) {
 // then SIGCONT, under the plain set-up with LocalFallback. The other
 // masters' checks keep their latency (p99 quoted) and never leave the shared
 // buckets; the stopped master's checks wait out at most their deadline and
-// are back on the shared buckets after SIGCONT.
+// are back on the shared buckets after SIGCONT. The default run checks that
+// the stopped master's partition is marked down and its subjects come back,
+// and that no check of the other masters leaves the shared buckets without
+// running into its deadline; the p99, the deadlines kept and the slowest
+// check are held to their bounds in the timing tier (RATELIMIT_TIMING=1).
 func TestClusterMasterStopped(t *testing.T) {
 	checkNoLeak(t)
 	const deadline = 200 * time.Millisecond
+	timed := testkit.Timed(t)
 	_, s, lim, subjects, master := plainClusterSetUp(t, 0, "stop")
 	victim := master[subjects[0]]
 	l := startLoad(8, deadline, roundRobin(lim, subjects...))
@@ -165,11 +181,16 @@ func TestClusterMasterStopped(t *testing.T) {
 		}
 		if !e.onStore() {
 			otherBad++
-			t.Errorf("a check of %s, on a running master, left the shared buckets %v after SIGSTOP: %+v, %v", e.subject, e.start.Sub(stopAt), e.d, e.err)
+			if timed || !e.ranOut(deadline) {
+				t.Errorf("a check of %s, on a running master, left the shared buckets %v after SIGSTOP (took %v): %+v, %v", e.subject, e.start.Sub(stopAt), e.took(), e.d, e.err)
+			}
 		}
 	}
 	pBefore, pDuring := p99(events[:before], other), p99(events[before:], during)
 	t.Logf("FIGURE sigstop of one master: the other masters' p99 %v before, %v while it was stopped; %d of their checks off the shared buckets; the stopped master's slowest check %v (deadline %v)", pBefore, pDuring, otherBad, slowestVictim, deadline)
+	if !timed {
+		return
+	}
 	if pDuring > deadline/2 {
 		t.Errorf("the other masters' p99 was %v while one master was stopped, want well under the deadline %v", pDuring, deadline)
 	}

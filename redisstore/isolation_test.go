@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -19,6 +20,7 @@ import (
 type faultHook struct {
 	delayKey  string        // a command on a key containing it is delayed
 	delay     time.Duration //
+	release   chan struct{} // if not nil, closing it ends the delay early
 	panicOnce atomic.Int32  // 1: the next command panics; 2: the next pipeline
 	started   chan struct{} // closed when the delayed command starts
 	once      sync.Once
@@ -36,6 +38,7 @@ func (h *faultHook) hit(ctx context.Context, cmds []redis.Cmder) {
 				h.once.Do(func() { close(h.started) })
 				select {
 				case <-time.After(h.delay):
+				case <-h.release:
 				case <-ctx.Done():
 				}
 				return
@@ -107,10 +110,21 @@ func wantAllowed(t *testing.T, l *ratelimit.Limiter[string], subject, after stri
 }
 
 // TestASlowCommandDelaysNoOtherSubject: one subject's command is held back
-// 1.5 s; checks of another subject with 200 ms deadlines, sent meanwhile,
-// all succeed, and quickly: they go out on other lanes.
+// until the test releases it; 10 checks of another subject, sent meanwhile,
+// all succeed before it is released: they go out on other lanes. In the
+// timing tier (RATELIMIT_TIMING=1) each of them has a 200 ms deadline, and
+// the command is released after 1.5 s at the latest; in the default run the
+// deadline is 10 s, which only a check queued behind the held command would
+// run into.
 func TestASlowCommandDelaysNoOtherSubject(t *testing.T) {
-	h := &faultHook{delayKey: "slow-subject", delay: 1500 * time.Millisecond, started: make(chan struct{})}
+	deadline := 10 * time.Second
+	if testkit.Timed(t) {
+		deadline = 200 * time.Millisecond
+	}
+	h := &faultHook{delayKey: "slow-subject", delay: 1500 * time.Millisecond, started: make(chan struct{}), release: make(chan struct{})}
+	if deadline > h.delay {
+		h.delay = 2 * deadline
+	}
 	_, l := faultyStore(t, h)
 	ctx := context.Background()
 	if _, err := l.TryAcquire(ctx, "warm"); err != nil {
@@ -123,7 +137,7 @@ func TestASlowCommandDelaysNoOtherSubject(t *testing.T) {
 	for range 10 {
 		wg.Go(func() {
 			start := time.Now()
-			cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			cctx, cancel := context.WithTimeout(ctx, deadline)
 			defer cancel()
 			if d, err := l.TryAcquire(cctx, "other"); err != nil || !d.Allowed {
 				failed.Add(1)
@@ -135,7 +149,13 @@ func TestASlowCommandDelaysNoOtherSubject(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Logf("FIGURE 10 checks beside a command held 1.5 s: %d failed, slowest %v", failed.Load(), time.Duration(slowest.Load()))
+	select {
+	case err := <-slowDone:
+		t.Errorf("the held check ended (%v) before the checks of the other subject did", err)
+	default:
+	}
+	close(h.release)
+	t.Logf("FIGURE 10 checks beside a held command (deadline %v): %d failed, slowest %v", deadline, failed.Load(), time.Duration(slowest.Load()))
 	if err := <-slowDone; err != nil {
 		t.Fatalf("the slow check itself: %v", err)
 	}

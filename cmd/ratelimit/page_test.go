@@ -22,11 +22,25 @@ import (
 // chromiumPath is Debian's chromium, which scripts/test.sh installs.
 const chromiumPath = "/usr/bin/chromium"
 
+// needBrowser skips the test under go test -short, which starts no
+// browser, and fails it when Debian's chromium is missing. Every test that
+// starts Chromium calls it first; chromium and openDevtools call it too.
+func needBrowser(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: starts no browser; run without -short")
+	}
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Fatalf("%s not found (%v): the operator page tests need Debian's chromium; run scripts/test.sh, which installs it", chromiumPath, err)
+	}
+}
+
 // chromium runs headless Chromium on url with args added, giving the page's
 // scripts 5 s of virtual time (they fetch /v1/stats at once and every 2 s),
 // and returns what it printed.
 func chromium(t *testing.T, url string, args ...string) string {
 	t.Helper()
+	needBrowser(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -124,9 +138,7 @@ func acquires(t *testing.T, body, ns, result string) int {
 // with the behaviour in force. It saves a screenshot of each state in the
 // test's artifact directory (go test -artifacts keeps them).
 func TestOperatorPage(t *testing.T) {
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Fatalf("%s not found (%v): the operator page test needs Debian's chromium; run scripts/test.sh, which installs it", chromiumPath, err)
-	}
+	needBrowser(t)
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()

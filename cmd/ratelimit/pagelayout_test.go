@@ -31,9 +31,7 @@ type devtools struct {
 // attaches to it. Chromium is killed when the test ends.
 func openDevtools(t *testing.T, url string, args ...string) *devtools {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Fatalf("%s not found (%v): the operator page test needs Debian's chromium; run scripts/test.sh, which installs it", chromiumPath, err)
-	}
+	needBrowser(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	toChrome, cmdW, err := os.Pipe() // chrome reads fd 3
 	if err != nil {
@@ -176,6 +174,7 @@ const firstChart = `(() => {
 // size, until the next refresh). Then the window narrows and the chart is
 // drawn again for its new width.
 func TestPageChartsSizedAfterLayout(t *testing.T) {
+	needBrowser(t)
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "ratelimit.yaml")
@@ -212,6 +211,7 @@ func TestPageChartsSizedAfterLayout(t *testing.T) {
 // uncaught URIError, but show the token form, saying why, and remove the
 // fragment from the address.
 func TestPageBadFragment(t *testing.T) {
+	needBrowser(t)
 	t.Parallel()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(tokenFile, []byte("fr4gment-t0ken\n"), 0o600)

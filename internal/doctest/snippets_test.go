@@ -234,8 +234,9 @@ func inspectFragment(text string) (returnsValue bool, declared []string) {
 
 // TestDocSnippetsCompile builds every ```go block of README.md and
 // docs/*.md, in a module of its own that uses this repository through a
-// replace directive, offline (GOPROXY=off), from the module cache that
-// building this repository filled. A failure names the markdown file and
+// replace directive, offline (GOPROXY=off), from the module cache, which
+// must hold every module of this repository's build list: scripts/test.sh
+// runs go mod download all first. A failure names the markdown file and
 // line of each error.
 func TestDocSnippetsCompile(t *testing.T) {
 	goTool, err := exec.LookPath("go")
@@ -295,7 +296,10 @@ func TestDocSnippetsCompile(t *testing.T) {
 	// of this repository and its dependencies.
 	cmd := exec.Command(goTool, "build", "-trimpath", "./...")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off", "GOTOOLCHAIN=local")
+	// GOFLAGS keeps the caller's flags (CI's -modcacherw, without which the
+	// module cache it extracts into could not be removed).
+	goflags := strings.TrimSpace(os.Getenv("GOFLAGS") + " -mod=mod")
+	cmd.Env = append(os.Environ(), "GOFLAGS="+goflags, "GOPROXY=off", "GOWORK=off", "GOTOOLCHAIN=local")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the Go snippets of the docs do not compile (positions are the markdown file's lines):\n%s", out)

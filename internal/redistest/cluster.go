@@ -77,9 +77,13 @@ type slotRange struct {
 // CLUSTER SLOTS covers all 16384 slots with masters masters of
 // replicasPerMaster replicas each, and every replica's link to its master is
 // up. masters must be at least 3, as redis-cli requires. All processes are
-// killed by t.Cleanup.
+// killed by t.Cleanup. Under go test -short it skips the test instead:
+// a cluster is the slowest thing the tests start.
 func StartCluster(t testing.TB, masters, replicasPerMaster int) *Cluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: starts no Redis Cluster (%d redis-server processes); run without -short", masters*(1+replicasPerMaster))
+	}
 	if masters < 3 || replicasPerMaster < 0 {
 		t.Fatalf("redistest: StartCluster(%d, %d): redis-cli --cluster create needs at least 3 masters and a non-negative replica count", masters, replicasPerMaster)
 	}

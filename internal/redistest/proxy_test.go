@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 func TestProxyForwardsStallsAndDrops(t *testing.T) {
@@ -36,7 +38,7 @@ func TestProxyForwardsStallsAndDrops(t *testing.T) {
 	if err == nil {
 		t.Fatal("PING through a stalled proxy succeeded")
 	}
-	if elapsed := time.Since(start); elapsed < 150*time.Millisecond || elapsed > time.Second {
+	if elapsed := time.Since(start); elapsed < 150*time.Millisecond || testkit.Timed(t) && elapsed > time.Second {
 		t.Errorf("PING through a stalled proxy failed after %v (%v); want about 200 ms", elapsed, err)
 	}
 	if _, err := do(p.Addr(), 200*time.Millisecond, "PING"); !isTimeout(err) {
@@ -56,7 +58,7 @@ func TestProxyForwardsStallsAndDrops(t *testing.T) {
 	if err == nil {
 		t.Fatal("PING through a dropping proxy succeeded")
 	}
-	if elapsed > 500*time.Millisecond {
+	if testkit.Timed(t) && elapsed > 500*time.Millisecond {
 		t.Errorf("PING through a dropping proxy took %v (%v); want a fast failure", elapsed, err)
 	}
 	t.Logf("PING through dropping proxy failed after %v: %v", elapsed, err)
@@ -111,7 +113,7 @@ func TestProxyToDeadTargetClosesConnections(t *testing.T) {
 	s.Kill()
 	start := time.Now()
 	_, err := do(p.Addr(), 2*time.Second, "PING")
-	if err == nil || isTimeout(err) || time.Since(start) > time.Second {
+	if err == nil || isTimeout(err) || testkit.Timed(t) && time.Since(start) > time.Second {
 		t.Fatalf("PING through proxy to a dead server: %v after %v; want a fast close", err, time.Since(start))
 	}
 }

@@ -74,9 +74,13 @@ func StartServer(t testing.TB, extraArgs ...string) *Server {
 // StartSentinel starts a Redis Sentinel (redis-server --sentinel) on
 // 127.0.0.1 on a free port that monitors master under the name masterName,
 // with a quorum of 1 and a master declared down after 1 s. It is killed like
-// a server started by StartServer.
+// a server started by StartServer. Under go test -short it skips the test
+// instead.
 func StartSentinel(t testing.TB, masterName string, master *Server) *Server {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: starts no Redis Sentinel; run without -short")
+	}
 	serverPath, _ := Find(t)
 	config := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 1000\n",
 		masterName, master.Port(), masterName)

@@ -1,10 +1,10 @@
 // Package testkit holds small helpers shared by the module's tests and
 // benchmarks: a settable clock and a sleep that does not sleep, a
 // goroutine-safe log sink, a loopback HTTP server and listener, files,
-// concurrent and strided load, and the live heap. It imports nothing of
-// the module, so that any package's tests may use it; the behaviour suite
-// every store must pass is package storetest, and real Redis servers come
-// from internal/redistest.
+// concurrent and strided load, the live heap, and the switch of the timing
+// tier ([Timing], [Timed]). It imports nothing of the module, so that any
+// package's tests may use it; the behaviour suite every store must pass is
+// package storetest, and real Redis servers come from internal/redistest.
 package testkit
 
 import (
@@ -157,4 +157,38 @@ func WriteFile(t testing.TB, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TimingEnv names the environment variable that turns the timing tier on:
+// RATELIMIT_TIMING=1. That tier holds measurements (a latency, a detection
+// or recovery time, a p99, a deadline kept under load) to their bounds,
+// and so depends on the machine's speed and load; the default run does
+// not, and holds every correctness assertion. scripts/test.sh runs the
+// timing tier on its own, after the default run; docs/outages.md lists its
+// bounds.
+const TimingEnv = "RATELIMIT_TIMING"
+
+// timingOn reports whether RATELIMIT_TIMING=1.
+func timingOn() bool { return os.Getenv(TimingEnv) == "1" }
+
+// Timing skips t, saying how to run it, unless RATELIMIT_TIMING=1: for a
+// test that is a measurement through and through.
+func Timing(t testing.TB) {
+	t.Helper()
+	if !timingOn() {
+		t.Skipf("a timing measurement: runs with %s=1 (the timing tier of scripts/test.sh)", TimingEnv)
+	}
+}
+
+// Timed reports whether t holds its measurements to their bounds: true
+// with RATELIMIT_TIMING=1. Otherwise it logs that the bounds are not
+// checked and returns false, for a test that checks its correctness in
+// every run and measures only in the timing tier.
+func Timed(t testing.TB) bool {
+	t.Helper()
+	if timingOn() {
+		return true
+	}
+	t.Logf("timing bounds not checked: they are checked with %s=1 (the timing tier of scripts/test.sh)", TimingEnv)
+	return false
 }
