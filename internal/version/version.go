@@ -6,4 +6,4 @@ package version
 
 // Version is the release version, in semantic versioning without the "v"
 // that the module's tag carries (the tag of this release is "v" + Version).
-const Version = "0.1.0"
+const Version = "0.2.0"
