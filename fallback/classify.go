@@ -3,27 +3,11 @@ package fallback
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"os"
-	"syscall"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/netfail"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
-
-// unreachableErrnos are the system errors of a connection that could not be
-// made or was lost.
-var unreachableErrnos = []error{
-	syscall.ECONNREFUSED,
-	syscall.ECONNRESET,
-	syscall.ECONNABORTED,
-	syscall.EPIPE,
-	syscall.ETIMEDOUT,
-	syscall.EHOSTUNREACH,
-	syscall.ENETUNREACH,
-	syscall.ENETDOWN,
-}
 
 // IsUnreachable reports whether err says that a store could not be reached,
 // as opposed to a store that answered: it is the default test of which
@@ -47,27 +31,7 @@ func IsUnreachable(err error) bool {
 		errors.Is(err, context.Canceled) {
 		return false
 	}
-	if errors.Is(err, ratelimit.ErrUnavailable) ||
+	return errors.Is(err, ratelimit.ErrUnavailable) ||
 		errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, os.ErrDeadlineExceeded) ||
-		errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed) {
-		return true
-	}
-	for _, errno := range unreachableErrnos {
-		if errors.Is(err, errno) {
-			return true
-		}
-	}
-	var opErr *net.OpError
-	var dnsErr *net.DNSError
-	if errors.As(err, &opErr) || errors.As(err, &dnsErr) {
-		return true
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) && netErr.Timeout() {
-		return true
-	}
-	return false
+		netfail.Is(err)
 }

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
 	"strings"
-	"syscall"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/internal/netfail"
 	"github.com/exactlimit/ratelimit/internal/script"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 	"github.com/redis/go-redis/v9"
@@ -39,19 +36,6 @@ func wrapErr(op, key string, err error) error {
 	return fmt.Errorf("ratelimit: redis %s of %s: %w", op, keyfmt.Label(key), err)
 }
 
-// unreachableErrnos are the system errors of a connection that could not be
-// made or was lost.
-var unreachableErrnos = []error{
-	syscall.ECONNREFUSED,
-	syscall.ECONNRESET,
-	syscall.ECONNABORTED,
-	syscall.EPIPE,
-	syscall.ETIMEDOUT,
-	syscall.EHOSTUNREACH,
-	syscall.ENETUNREACH,
-	syscall.ENETDOWN,
-}
-
 // busyReplies are the Redis error replies that say the server cannot serve
 // the key right now, though it answered: a replica or a restarted server
 // still loading its data, a replica without its master, a cluster with the
@@ -71,25 +55,7 @@ func unreachable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	if errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.Is(err, os.ErrDeadlineExceeded) ||
-		errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed) {
-		return true
-	}
-	for _, errno := range unreachableErrnos {
-		if errors.Is(err, errno) {
-			return true
-		}
-	}
-	var opErr *net.OpError
-	var dnsErr *net.DNSError
-	if errors.As(err, &opErr) || errors.As(err, &dnsErr) {
-		return true
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) && netErr.Timeout() {
+	if errors.Is(err, redis.ErrPoolTimeout) || netfail.Is(err) {
 		return true
 	}
 	return anyInChain(err, func(e error) bool {
