@@ -12,31 +12,22 @@ import (
 // copies the snippet, not the paragraph that warns.
 func TestDocsLocalFallbackSetsAFleetShare(t *testing.T) {
 	n := 0
-	for _, file := range docFiles(t) {
-		bs, err := blocks(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, b := range bs {
-			if b.lang != "go" {
-				continue
+	for _, b := range goBlocks(t) {
+		for rest, at := b.text, 0; ; {
+			i := strings.Index(rest, "fallback.New(")
+			if i < 0 {
+				break
 			}
-			for rest, at := b.text, 0; ; {
-				i := strings.Index(rest, "fallback.New(")
-				if i < 0 {
-					break
+			call := rest[i : i+callLen(rest[i:])]
+			line := b.line + strings.Count(b.text[:at+i], "\n")
+			if strings.Contains(call, "LocalFallback") {
+				n++
+				if !strings.Contains(call, "WithFleetShare(") {
+					t.Errorf("%s:%d: fallback.New with LocalFallback and no WithFleetShare: each replica would admit the whole policy during an outage", b.file, line)
 				}
-				call := rest[i : i+callLen(rest[i:])]
-				line := b.line + strings.Count(b.text[:at+i], "\n")
-				if strings.Contains(call, "LocalFallback") {
-					n++
-					if !strings.Contains(call, "WithFleetShare(") {
-						t.Errorf("%s:%d: fallback.New with LocalFallback and no WithFleetShare: each replica would admit the whole policy during an outage", file, line)
-					}
-				}
-				at += i + len(call)
-				rest = b.text[at:]
 			}
+			at += i + len(call)
+			rest = b.text[at:]
 		}
 	}
 	if n == 0 {

@@ -28,6 +28,28 @@ type block struct {
 	text string
 }
 
+// goBlocks returns the Go snippets of README.md and docs/*.md, in order;
+// the test fails when there is none.
+func goBlocks(t *testing.T) []block {
+	t.Helper()
+	var out []block
+	for _, file := range docFiles(t) {
+		bs, err := blocks(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range bs {
+			if b.lang == "go" {
+				out = append(out, b)
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no ```go block found")
+	}
+	return out
+}
+
 // docFiles returns README.md and docs/*.md, relative to root.
 func docFiles(t *testing.T) []string {
 	t.Helper()
@@ -269,27 +291,15 @@ func TestDocSnippetsCompile(t *testing.T) {
 
 	n := 0
 	perFile := map[string]int{}
-	for _, file := range docFiles(t) {
-		bs, err := blocks(file)
-		if err != nil {
-			t.Fatal(err)
+	for _, b := range goBlocks(t) {
+		n++
+		perFile[b.file]++
+		pkg := fmt.Sprintf("s%03d", n)
+		src := snippetFile(b)
+		write(pkg+"/snippet.go", src)
+		if !strings.HasPrefix(src, fmt.Sprintf("//line %s:%d\npackage ", b.file, b.line)) {
+			write(pkg+"/preamble.go", preamble)
 		}
-		for _, b := range bs {
-			if b.lang != "go" {
-				continue
-			}
-			n++
-			perFile[file]++
-			pkg := fmt.Sprintf("s%03d", n)
-			src := snippetFile(b)
-			write(pkg+"/snippet.go", src)
-			if !strings.HasPrefix(src, fmt.Sprintf("//line %s:%d\npackage ", b.file, b.line)) {
-				write(pkg+"/preamble.go", preamble)
-			}
-		}
-	}
-	if n == 0 {
-		t.Fatal("no ```go block found in README.md or docs/*.md")
 	}
 	// -trimpath keeps the temporary directory out of the build cache's
 	// keys, so that every run after the first reuses the compiled packages
