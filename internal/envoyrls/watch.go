@@ -4,11 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
-	"github.com/exactlimit/ratelimit/internal/units"
+	"github.com/exactlimit/ratelimit/internal/filewatch"
 )
 
 // Watch reloads the configuration at path (see Reload) when it changes
@@ -36,25 +35,13 @@ func (s *Service) Watcher(path string) func(ctx context.Context, ticks <-chan ti
 
 // watch is Watch from the state applied.
 func (s *Service) watch(ctx context.Context, path string, applied [sha256.Size]byte, ticks <-chan time.Time) {
-	pending := applied
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticks:
-		}
-		now := s.stateOf(path)
-		switch {
-		case now != pending:
-			pending = now // changed: wait until it holds still
-		case now != applied:
-			applied = now
-			s.Reload(path) //nolint:errcheck // Reload logs the outcome
-		}
-		if s.watched != nil {
-			s.watched <- struct{}{}
-		}
+	var ticked func()
+	if s.watched != nil {
+		ticked = func() { s.watched <- struct{}{} }
 	}
+	filewatch.Loop(ctx, ticks, applied, func() filewatch.State { return s.stateOf(path) },
+		func() { s.Reload(path) }, //nolint:errcheck // Reload logs the outcome
+		ticked)
 }
 
 // stateOf is a digest of what Load would read at path: every file's name
@@ -75,7 +62,7 @@ func (s *Service) stateOf(path string) [sha256.Size]byte {
 		}
 	}
 	for _, f := range files {
-		sum, n, err := digest(f)
+		sum, n, err := filewatch.Digest(f)
 		if err != nil {
 			fmt.Fprintf(h, "%q error %v\n", f, err)
 			continue
@@ -83,20 +70,4 @@ func (s *Service) stateOf(path string) [sha256.Size]byte {
 		fmt.Fprintf(h, "%q %d %x\n", f, n, sum)
 	}
 	return [sha256.Size]byte(h.Sum(nil))
-}
-
-// digest returns the SHA-256 of the file at path, of at most
-// units.MaxFileSize+1 bytes, and the bytes read.
-func digest(path string) ([sha256.Size]byte, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return [sha256.Size]byte{}, 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, io.LimitReader(f, units.MaxFileSize+1))
-	if err != nil {
-		return [sha256.Size]byte{}, n, err
-	}
-	return [sha256.Size]byte(h.Sum(nil)), n, nil
 }

@@ -3,11 +3,9 @@ package service
 import (
 	"context"
 	"crypto/sha256"
-	"io"
-	"os"
 	"time"
 
-	"github.com/exactlimit/ratelimit/internal/units"
+	"github.com/exactlimit/ratelimit/internal/filewatch"
 )
 
 // A reloader reads one file of the service again and puts it in force; on
@@ -94,41 +92,18 @@ func (s *Service) watch(ctx context.Context) {
 }
 
 // watchFile calls reload when the file at path changes from applied, its
-// digest, until ctx is done. It looks at the file on every
-// tick, by content, following symbolic links; a change is reloaded once
-// the same content is seen on two ticks in a row, so that a file written in
-// several steps is loaded once, when it is done (as envoyrls.Service.Watch).
+// digest, until ctx is done: filewatch.Loop on the file's content,
+// following symbolic links.
 func watchFile(ctx context.Context, path string, applied [sha256.Size]byte, ticks <-chan time.Time, reload func()) {
-	pending := applied
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticks:
-		}
-		now := digest(path)
-		switch {
-		case now != pending:
-			pending = now
-		case now != applied:
-			applied = now
-			reload()
-		}
-	}
+	filewatch.Loop(ctx, ticks, applied, func() filewatch.State { return digest(path) }, reload, nil)
 }
 
-// digest is the SHA-256 of the file at path (up to one byte past
-// units.MaxFileSize), or of its error.
+// digest is the SHA-256 of the file at path (filewatch.Digest), or of its
+// error.
 func digest(path string) [sha256.Size]byte {
-	h := sha256.New()
-	f, err := os.Open(path)
-	if err == nil {
-		_, err = io.Copy(h, io.LimitReader(f, units.MaxFileSize+1))
-		f.Close()
-	}
+	sum, _, err := filewatch.Digest(path)
 	if err != nil {
-		h.Reset()
-		io.WriteString(h, "error "+err.Error()) //nolint:errcheck // a hash does not fail
+		return sha256.Sum256([]byte("error " + err.Error()))
 	}
-	return [sha256.Size]byte(h.Sum(nil))
+	return sum
 }
