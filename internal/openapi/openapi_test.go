@@ -187,19 +187,60 @@ type answer struct {
 	json   map[string]any
 }
 
+// checker holds exchanges to a document, and remembers which of the
+// document's answers it has seen.
+type checker struct {
+	v    validator.Validator
+	seen map[string]bool // "METHOD path status", as the document has them
+}
+
+func newChecker(t *testing.T, doc []byte) *checker {
+	return &checker{v: newValidator(t, doc), seen: map[string]bool{}}
+}
+
 // do sends x to the service at base over a real connection, and checks
-// the request against v as x says, and the response against v in every
+// the request against the document as x says, and the response in every
 // case: its status, its headers and its body. It returns the response.
-func do(t *testing.T, v validator.Validator, base string, x exchange) answer {
+func (c *checker) do(t *testing.T, base string, x exchange) answer {
 	t.Helper()
-	a, problems := send(t, v, base, x)
+	a, problems := send(t, c.v, base, x)
 	for _, p := range problems {
 		t.Error(p)
 	}
+	method := x.method
+	if x.documented != "" {
+		method = x.documented
+	}
+	c.seen[fmt.Sprintf("%s %s %d", method, x.path, a.status)] = true
 	return a
 }
 
-// send sends x as do does, and returns the response and what the document
+// unseen returns the answers doc documents that c has not seen.
+func (c *checker) unseen(t *testing.T, doc []byte) []string {
+	t.Helper()
+	var d struct {
+		Paths map[string]map[string]struct {
+			Responses map[string]any `json:"responses"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for path, ops := range d.Paths {
+		for method, op := range ops {
+			for status := range op.Responses {
+				if k := strings.ToUpper(method) + " " + path + " " + status; !c.seen[k] {
+					out = append(out, k)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// send sends x as checker.do does, and returns the response and what the document
 // gets wrong about the exchange.
 func send(t *testing.T, v validator.Validator, base string, x exchange) (answer, []string) {
 	t.Helper()
@@ -284,7 +325,7 @@ func TestDocumentIsTheServedOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := newValidator(t, file)
+	c := newChecker(t, file)
 	var doc struct {
 		OpenAPI string `json:"openapi"`
 	}
@@ -293,7 +334,7 @@ func TestDocumentIsTheServedOne(t *testing.T) {
 	}
 	// With a token set: the document needs none.
 	base := start(t, server.Options{Token: "secret"}, false)
-	a := do(t, v, base, get(openapi.Path, 200))
+	a := c.do(t, base, get(openapi.Path, 200))
 	if !bytes.Equal(a.body, file) || a.header.Get("Content-Type") != "application/json" {
 		t.Errorf("GET %s: %s, %d bytes; want docs/openapi.json's %d", openapi.Path, a.header.Get("Content-Type"), len(a.body), len(file))
 	}
@@ -302,50 +343,51 @@ func TestDocumentIsTheServedOne(t *testing.T) {
 // TestAPIAnswersAsDocumented drives every endpoint of running services
 // through each status it can be brought to answer, and holds each request
 // and each answer to docs/openapi.json: an answer the document does not
-// describe (a status, a header, a field) fails the test.
+// describe (a status, a header, a field) fails the test, and so does an
+// answer the document lists that no exchange provoked.
 func TestAPIAnswersAsDocumented(t *testing.T) {
-	v := newValidator(t, []byte(docs.OpenAPI))
+	c := newChecker(t, []byte(docs.OpenAPI))
 
 	t.Run("an open service", func(t *testing.T) {
 		base := start(t, server.Options{StoreName: "memory", StoreKind: server.StoreEmbedded}, true)
 		for i := range 3 {
-			a := do(t, v, base, post("/v1/acquire", `{"subject": "alice"}`, 200))
+			a := c.do(t, base, post("/v1/acquire", `{"subject": "alice"}`, 200))
 			if a.json["remaining"] != float64(2-i) || a.header.Get("RateLimit") == "" {
 				t.Fatalf("acquire %d: %s %v", i, a.body, a.header)
 			}
 		}
-		a := do(t, v, base, post("/v1/acquire", `{"namespace": "default", "subject": "alice", "cost": 1}`, 429))
+		a := c.do(t, base, post("/v1/acquire", `{"namespace": "default", "subject": "alice", "cost": 1}`, 429))
 		if a.header.Get("Retry-After") == "" || a.json["allowed"] != false {
 			t.Errorf("the 429: %s %v", a.body, a.header)
 		}
-		do(t, v, base, post("/v1/reserve", `{"subject": "alice"}`, 429))
-		do(t, v, base, post("/v1/peek", `{"subject": "alice"}`, 200))
-		do(t, v, base, post("/v1/reset", `{"subject": "alice"}`, 200))
+		c.do(t, base, post("/v1/reserve", `{"subject": "alice"}`, 429))
+		c.do(t, base, post("/v1/peek", `{"subject": "alice"}`, 200))
+		c.do(t, base, post("/v1/reset", `{"subject": "alice"}`, 200))
 
-		a = do(t, v, base, post("/v1/acquire", `{"namespace": "chat", "subject": "acme", "cost": 2}`, 200))
+		a = c.do(t, base, post("/v1/acquire", `{"namespace": "chat", "subject": "acme", "cost": 2}`, 200))
 		if a.header.Get("X-Ratelimit-Remaining-Tokens") == "" {
 			t.Errorf("no OpenAI headers in a namespace of tokens: %v", a.header)
 		}
-		do(t, v, base, post("/v1/peek", `{"namespace": "chat", "subject": "acme"}`, 200))
+		c.do(t, base, post("/v1/peek", `{"namespace": "chat", "subject": "acme"}`, 200))
 
-		a = do(t, v, base, post("/v1/reserve", `{"namespace": "chat", "subject": "acme", "cost": [1, 500], "ttl_ms": 60000}`, 200))
+		a = c.do(t, base, post("/v1/reserve", `{"namespace": "chat", "subject": "acme", "cost": [1, 500], "ttl_ms": 60000}`, 200))
 		token, _ := a.json["token"].(string)
 		if token == "" {
 			t.Fatalf("reserve: no token in %s", a.body)
 		}
 		settle := fmt.Sprintf(`{"namespace": "chat", "token": %q, "used": [1, 120]}`, token)
-		do(t, v, base, post("/v1/settle", settle, 200))
-		do(t, v, base, post("/v1/settle", settle, 409))
-		a = do(t, v, base, post("/v1/reserve", `{"subject": "bob", "cost": 2}`, 200))
-		do(t, v, base, post("/v1/settle", fmt.Sprintf(`{"token": %q, "used": 0}`, a.json["token"]), 200))
-		do(t, v, base, post("/v1/reserve", `{"namespace": "chat", "subject": "acme", "cost": [1, 9000]}`, 429))
+		c.do(t, base, post("/v1/settle", settle, 200))
+		c.do(t, base, post("/v1/settle", settle, 409))
+		a = c.do(t, base, post("/v1/reserve", `{"subject": "bob", "cost": 2}`, 200))
+		c.do(t, base, post("/v1/settle", fmt.Sprintf(`{"token": %q, "used": 0}`, a.json["token"]), 200))
+		c.do(t, base, post("/v1/reserve", `{"namespace": "chat", "subject": "acme", "cost": [1, 9000]}`, 429))
 
 		for _, x := range []exchange{
 			get("/v1/config", 200), head("/v1/config", 200),
 			get("/v1/stats", 200), head("/v1/stats", 200),
 			get("/healthz", 200), head("/healthz", 200),
 			get("/readyz", 200), head("/readyz", 200),
-			get("/metrics", 200),
+			get("/metrics", 200), head("/metrics", 200),
 			get(openapi.Path, 200), head(openapi.Path, 200),
 
 			// 400: bad input the document's schemas refuse too...
@@ -390,23 +432,26 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 			{method: http.MethodDelete, path: "/readyz", status: 405, badRequest: true, documented: http.MethodGet},
 			{method: http.MethodPost, path: "/metrics", status: 405, badRequest: true, documented: http.MethodGet},
 			{method: http.MethodPut, path: openapi.Path, status: 405, badRequest: true, documented: http.MethodGet},
-
-			// 413: a body over 64 KiB.
-			bad(post("/v1/acquire", `{"subject": "`+strings.Repeat("s", server.MaxBodyBytes)+`"}`, 413)),
-			bad(post("/v1/settle", `{"token": "`+strings.Repeat("s", server.MaxBodyBytes)+`", "used": 1}`, 413)),
-
-			// 415: a body that does not say it is JSON.
-			{method: http.MethodPost, path: "/v1/acquire", body: `{"subject": "a"}`, hdr: []string{"Content-Type", "text/plain"}, status: 415, badRequest: true},
-			{method: http.MethodPost, path: "/v1/reserve", body: `{"subject": "a"}`, hdr: []string{"Content-Type", "application/x-www-form-urlencoded"}, status: 415, badRequest: true},
-
-			// 421: a Host that is not the service's (DNS rebinding).
-			{method: http.MethodPost, path: "/v1/acquire", body: `{"subject": "a"}`, host: "evil.example", status: 421},
-			{method: http.MethodPost, path: "/v1/settle", body: `{"token": "abc", "used": 1}`, host: "evil.example", status: 421},
-			{method: http.MethodGet, path: "/v1/config", host: "evil.example", status: 421},
-			{method: http.MethodGet, path: "/healthz", host: "evil.example:80", status: 421},
-			{method: http.MethodGet, path: openapi.Path, host: "evil.example", status: 421},
 		} {
-			do(t, v, base, x)
+			c.do(t, base, x)
+		}
+
+		for _, path := range posts {
+			// 413: a body over 64 KiB.
+			c.do(t, base, bad(post(path, `{"subject": "`+strings.Repeat("s", server.MaxBodyBytes)+`"}`, 413)))
+			// 415: a body that does not say it is JSON.
+			c.do(t, base, exchange{method: http.MethodPost, path: path, body: `{"subject": "a"}`, hdr: []string{"Content-Type", "text/plain"}, status: 415, badRequest: true})
+			// 421: a Host that is not the service's (DNS rebinding).
+			body := `{"subject": "a"}`
+			if path == "/v1/settle" {
+				body = `{"token": "abc", "used": 1}`
+			}
+			c.do(t, base, exchange{method: http.MethodPost, path: path, body: body, host: "evil.example", status: 421})
+		}
+		c.do(t, base, exchange{method: http.MethodPost, path: "/v1/acquire", body: `{"subject": "a"}`, hdr: []string{"Content-Type", "application/x-www-form-urlencoded"}, status: 415, badRequest: true})
+		for _, path := range gets {
+			c.do(t, base, exchange{method: http.MethodGet, path: path, host: "evil.example", status: 421})
+			c.do(t, base, exchange{method: http.MethodHead, path: path, host: "evil.example:80", status: 421})
 		}
 	})
 
@@ -420,8 +465,8 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 			post("/v1/reserve", `{"subject": "a"}`, 401),
 			post("/v1/settle", `{"token": "abc", "used": 1}`, 401),
 			get("/v1/config", 401), head("/v1/config", 401),
-			get("/v1/stats", 401),
-			get("/metrics", 401),
+			get("/v1/stats", 401), head("/v1/stats", 401),
+			get("/metrics", 401), head("/metrics", 401),
 			{method: http.MethodPost, path: "/v1/acquire", body: `{"subject": "a"}`, hdr: auth, status: 200},
 			{method: http.MethodGet, path: "/v1/config", hdr: auth, status: 200},
 			{method: http.MethodGet, path: "/metrics", hdr: auth, status: 200},
@@ -430,7 +475,7 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 			// Open to anyone.
 			get("/healthz", 200), get("/readyz", 200), get(openapi.Path, 200),
 		} {
-			do(t, v, base, x)
+			c.do(t, base, x)
 		}
 	})
 
@@ -441,7 +486,7 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 			Outage: fallback.ReturnError, Degraded: func() bool { return st.mode.Load() != up }, Ping: st.ping,
 			Timeout: time.Second,
 		}, true)
-		a := do(t, v, base, post("/v1/reserve", `{"namespace": "chat", "subject": "acme", "cost": [1, 500]}`, 200))
+		a := c.do(t, base, post("/v1/reserve", `{"namespace": "chat", "subject": "acme", "cost": [1, 500]}`, 200))
 		settle := fmt.Sprintf(`{"namespace": "chat", "token": %q, "used": [1, 120]}`, a.json["token"])
 
 		st.mode.Store(failing)
@@ -454,20 +499,30 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 			get("/readyz", 503), head("/readyz", 503),
 			get("/healthz", 200), get("/v1/stats", 200), get("/v1/config", 200),
 		} {
-			a := do(t, v, base, x)
+			a := c.do(t, base, x)
 			if x.status == 503 && x.path != "/readyz" && a.header.Get("Retry-After") != "1" {
 				t.Errorf("%s: Retry-After %q, want 1", x.path, a.header.Get("Retry-After"))
 			}
 		}
 
 		st.mode.Store(failClosed)
-		a = do(t, v, base, post("/v1/acquire", `{"subject": "a"}`, 503))
+		a = c.do(t, base, post("/v1/acquire", `{"subject": "a"}`, 503))
 		if a.json["source"] != "fail-closed" || a.json["error"] == nil {
 			t.Errorf("a fail-closed denial: %s", a.body)
 		}
-		do(t, v, base, post("/v1/reserve", `{"subject": "a"}`, 503))
+		c.do(t, base, post("/v1/reserve", `{"subject": "a"}`, 503))
 	})
+
+	if unseen := c.unseen(t, []byte(docs.OpenAPI)); len(unseen) > 0 {
+		t.Errorf("answers the document lists that no exchange provoked:\n  %s", strings.Join(unseen, "\n  "))
+	}
 }
+
+// The endpoints of the API, by method.
+var (
+	posts = []string{"/v1/acquire", "/v1/peek", "/v1/reset", "/v1/reserve", "/v1/settle"}
+	gets  = []string{"/v1/config", "/v1/stats", "/healthz", "/readyz", "/metrics", openapi.Path}
+)
 
 // TestDriftFails: a document that no longer says what the service does
 // (a field, a status, a header or a bound gone) fails the checks of
