@@ -349,7 +349,9 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 	c := newChecker(t, []byte(docs.OpenAPI))
 
 	t.Run("an open service", func(t *testing.T) {
-		base := start(t, server.Options{StoreName: "memory", StoreKind: server.StoreEmbedded}, true)
+		// An Envoy domain (--grpc-listen) adds its figures to /v1/stats.
+		envoy := func() []server.EnvoyDomain { return []server.EnvoyDomain{{Name: "envoy:api", Domain: "api", Rules: 2}} }
+		base := start(t, server.Options{StoreName: "memory", StoreKind: server.StoreEmbedded, Envoy: envoy}, true)
 		for i := range 3 {
 			a := c.do(t, base, post("/v1/acquire", `{"subject": "alice"}`, 200))
 			if a.json["remaining"] != float64(2-i) || a.header.Get("RateLimit") == "" {
@@ -385,9 +387,13 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 		c.do(t, base, post("/v1/reserve", `{"namespace": "chat", "subject": "carol", "cost": [1, 9000]}`, 200))
 		c.do(t, base, post("/v1/reserve", `{"namespace": "chat", "subject": "carol", "cost": [1, 9000]}`, 429))
 
+		a = c.do(t, base, get("/v1/stats", 200))
+		if ns, _ := a.json["namespaces"].([]any); len(ns) != 3 || !strings.Contains(string(a.body), `"envoy":{"domain":"api","rules":2}`) {
+			t.Errorf("/v1/stats without the Envoy domain: %s", a.body)
+		}
 		for _, x := range []exchange{
 			get("/v1/config", 200), head("/v1/config", 200),
-			get("/v1/stats", 200), head("/v1/stats", 200),
+			head("/v1/stats", 200),
 			get("/healthz", 200), head("/healthz", 200),
 			get("/readyz", 200), head("/readyz", 200),
 			get("/metrics", 200), head("/metrics", 200),
