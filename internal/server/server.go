@@ -28,6 +28,7 @@ import (
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/access"
 	"github.com/exactlimit/ratelimit/internal/config"
+	"github.com/exactlimit/ratelimit/internal/openapi"
 )
 
 // DefaultTimeout bounds one check when Options.Timeout is zero.
@@ -242,6 +243,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("/readyz", s.readyz)
 	mux.HandleFunc("/v1/config", s.serveConfig)
 	mux.HandleFunc("/metrics", s.serveMetrics)
+	mux.Handle(openapi.Path, openapi.Handler())
 	mux.HandleFunc("/", s.servePage)
 	return s.checkHost(mux)
 }
