@@ -14,10 +14,13 @@
 // decided from the copy, so goroutines that keep checking one denied subject
 // do not queue for its lock.
 //
-// A bucket is a 24-byte entry in a slice, found by one map lookup from its
-// subject, which is kept in a fixed array up to 39 bytes (and copied into a
-// string of its own beyond): about 75 heap bytes per subject of up to 15
-// bytes. A Limiter's key prefix (its namespace) is kept once per shard, and
+// The bucket of a subject of up to 15 bytes is a 40-byte slot of an
+// open-addressing table, the subject's key beside its state, so that a check
+// finds both in the one or two cache lines of the slot; the table is kept
+// between half and three quarters full: about 70 heap bytes per subject. A
+// longer subject's bucket is a 24-byte entry in a slice, found by one map
+// lookup from the subject, which is kept in a fixed array up to 39 bytes
+// (and copied into a string of its own beyond). A Limiter's key prefix (its namespace) is kept once per shard, and
 // each policy once per store, found by its value in constant time however
 // many policies there are.
 //
@@ -41,6 +44,7 @@ import (
 	"hash/maphash"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -62,7 +66,8 @@ const (
 // Store keeps token buckets in memory. The zero Store is not usable; call New.
 type Store struct {
 	// Every check reads these; they are written seldom (hot) or never.
-	seed  maphash.Seed
+	seed  maphash.Seed          // the hash of subjects beyond maxShort bytes
+	kseed [2]uint64             // the hash of short subjects (hashShort)
 	clock func() time.Time      // nil: start's monotonic clock
 	start time.Time             // the store's creation, with a monotonic reading
 	base  int64                 // µs on the store's clock at start; expiry seconds count from it
@@ -154,7 +159,7 @@ type polRef struct {
 type space struct {
 	prefix string
 	n      int             // buckets in the three tables
-	short  table[short]    // subjects of up to 15 bytes
+	short  shortTable      // subjects of up to 15 bytes
 	mid    table[[40]byte] // subjects of 16 to 39 bytes
 	long   table[string]   // longer subjects, each its own copy
 }
@@ -217,7 +222,8 @@ func WithClock(clock func() time.Time) Option { return func(s *Store) { s.clock 
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
-	s := &Store{seed: maphash.MakeSeed(), start: time.Now(), policies: make(map[policyKey]*policy)}
+	s := &Store{seed: maphash.MakeSeed(), kseed: [2]uint64{rand.Uint64(), rand.Uint64()},
+		start: time.Now(), policies: make(map[policyKey]*policy)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -264,7 +270,7 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 		return ratelimit.Decision{}, err
 	}
 
-	var k0, k1 uint64 // a short subject's key, made before taking the lock
+	var k0, k1, h uint64 // a short subject's key and its hash, made before taking the lock
 	var d ratelimit.Decision
 	isShort := len(subject) <= maxShort
 	hot := s.hot.Load()
@@ -281,7 +287,13 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 		// Not a Limiter's length-framed prefix: file the key as Apply would.
 		return s.Apply(ctx, prefix+subject, r)
 	}
-	sh := s.shardOf(prefix, subject)
+	var sh *shard
+	if isShort {
+		h = hashShort(&s.kseed, k0, k1)
+		sh = &s.shards[shortShard(prefix, h)]
+	} else {
+		sh = s.shardOf(prefix, subject)
+	}
 	if isShort && sh != hot && sh.decideFast(prefix, k0, k1, &r, us, &d) {
 		s.countFast(sh, clock, ns)
 		return d, nil
@@ -311,7 +323,7 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 	if len(subject) <= maxShort && sp != nil {
 		if sh.hit.e != nil && sh.hit.sp == sp && sh.hit.key == k {
 			e, again = sh.hit.e, true
-		} else if e = sp.short.get(k); e != nil {
+		} else if e = sp.short.get(h, k0, k1); e != nil {
 			sh.hit = hit{sp: sp, key: k, e: e}
 		}
 	} else {
@@ -373,8 +385,19 @@ func (s *Store) shardOf(prefix, subject string) *shard {
 // prefix counts, so that the same subject in many namespaces (a tenant's
 // "admin", say) is spread over the shards too.
 func (s *Store) shardIndex(prefix, subject string) int {
+	if len(subject) <= maxShort {
+		k0, k1 := shortWords(subject)
+		return shortShard(prefix, hashShort(&s.kseed, k0, k1))
+	}
 	h := maphash.String(s.seed, subject) ^ mix(prefix)*0x9e3779b97f4a7c15
 	return int(h >> (64 - shardBits))
+}
+
+// shortShard returns the index of the shard of the key prefix+subject for a
+// short subject whose hashShort is h. Its top bits pick the shard, and the
+// others the subject's slot in its table (see home).
+func shortShard(prefix string, h uint64) int {
+	return int((h ^ mix(prefix)*0x9e3779b97f4a7c15) >> (64 - shardBits))
 }
 
 // mix returns a cheap digest of a key prefix: its length, and its first and
@@ -406,7 +429,8 @@ func (sp *space) find(subject string) *entry {
 	case sp == nil:
 		return nil
 	case len(subject) <= maxShort:
-		return sp.short.get(shortKey(subject))
+		k0, k1 := shortWords(subject)
+		return sp.short.get(hashShort(&sp.short.seed, k0, k1), k0, k1)
 	case len(subject) <= maxMid:
 		return sp.mid.get(midKey(subject))
 	default:
@@ -445,7 +469,7 @@ func (sh *shard) load(sp *space, subject string, bands *[tokenbucket.MaxLimits]t
 // is updated in place, or added when e is nil.
 func (s *Store) store(sh *shard, sp *space, prefix, subject string, st tokenbucket.State, p *policy, e *entry, expires uint32) {
 	if sp == nil {
-		sp = &space{prefix: strings.Clone(prefix)}
+		sp = &space{prefix: strings.Clone(prefix), short: shortTable{seed: s.kseed}}
 		sh.spaces[sp.prefix] = sp
 		sh.peak = max(sh.peak, len(sh.spaces))
 	}
@@ -466,7 +490,8 @@ func (s *Store) store(sh *shard, sp *space, prefix, subject string, st tokenbuck
 		if multi || wasMulti {
 			switch {
 			case len(subject) <= maxShort:
-				sp.short.setExtra(shortKey(subject), &more, multi)
+				k0, k1 := shortWords(subject)
+				sp.short.setExtra(k0, k1, &more, multi)
 			case len(subject) <= maxMid:
 				sp.mid.setExtra(midKey(subject), &more, multi)
 			default:
@@ -478,9 +503,9 @@ func (s *Store) store(sh *shard, sp *space, prefix, subject string, st tokenbuck
 	n := entry{last: st.Last, level: st.Bands[0].Level, pol: s.ref(sh, p), expires: expires}
 	switch {
 	case len(subject) <= maxShort:
-		k := shortKey(subject)
-		sp.short.insert(k, n)
-		sp.short.setExtra(k, &more, multi)
+		k0, k1 := shortWords(subject)
+		sp.short.insert(hashShort(&sp.short.seed, k0, k1), k0, k1, n)
+		sp.short.setExtra(k0, k1, &more, multi)
 	case len(subject) <= maxMid:
 		k := midKey(subject)
 		sp.mid.insert(k, n)
@@ -719,7 +744,7 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 		var found bool
 		switch {
 		case len(subject) <= maxShort:
-			e, found = sp.short.remove(shortKey(subject))
+			e, found = sp.short.remove(shortWords(subject))
 		case len(subject) <= maxMid:
 			e, found = sp.mid.remove(midKey(subject))
 		default:
@@ -822,7 +847,7 @@ func (s *Store) sweep(sh *shard, clock int64) bool {
 func (s *Store) sweepSome(sh *shard, upTo uint32, n int) {
 	for _, sp := range sh.spaces {
 		gone := func(e entry) { s.dropped(sh, sp, e) }
-		n = sp.short.sweep(upTo, n, gone)
+		n = sp.short.sweepSome(upTo, n, gone)
 		n = sp.mid.sweep(upTo, n, gone)
 		n = sp.long.sweep(upTo, n, gone)
 		s.tidy(sh, sp)
