@@ -283,10 +283,6 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 			return d, nil
 		}
 	}
-	if p, rest := keyfmt.Split(prefix); p != prefix || rest != "" {
-		// Not a Limiter's length-framed prefix: file the key as Apply would.
-		return s.Apply(ctx, prefix+subject, r)
-	}
 	var sh *shard
 	if isShort {
 		h = hashShort(&s.kseed, k0, k1)
@@ -313,10 +309,23 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 		sh.unlock()
 		return ratelimit.Decision{}, r.Validate()
 	}
-	var bands [tokenbucket.MaxLimits]tokenbucket.Band
 	sp := sh.last
 	if sp == nil || sp.prefix != prefix {
 		sp = sh.spaces[prefix]
+	}
+	if sp == nil {
+		// Every space's prefix is a Limiter's length-framed one; a prefix
+		// of none is checked here, so that a check of a known namespace
+		// does not parse its prefix.
+		if p, rest := keyfmt.Split(prefix); p != prefix || rest != "" {
+			// Not a Limiter's length-framed prefix: file the key as Apply
+			// would, in the shard of the key so split.
+			sh.unlock()
+			if swept {
+				s.sweepOther(clock)
+			}
+			return s.Apply(ctx, prefix+subject, r)
+		}
 	}
 	var e *entry
 	again := false // the subject of the shard's latest check
@@ -346,11 +355,12 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 			e.last, e.level, e.expires = b.last, b.level, s.expiry(clock, ttl)
 			sh.last = sp
 		default:
-			bands[0] = tokenbucket.Band{Limit: r.Limits[0], Level: b.level}
-			st := tokenbucket.State{Last: b.last, Bands: bands[:1]}
+			bands := [1]tokenbucket.Band{{Limit: r.Limits[0], Level: b.level}}
+			st := tokenbucket.State{Last: b.last, Bands: bands[:]}
 			s.store(sh, sp, prefix, subject, st, p, e, s.expiry(clock, ttl))
 		}
 	} else {
+		var bands [tokenbucket.MaxLimits]tokenbucket.Band
 		st, e := sh.load(sp, subject, &bands)
 		var ttl time.Duration
 		var write bool
