@@ -278,7 +278,9 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 		k0, k1 = shortWords(subject)
 		// The latest hot subject's shard may be this one's (a space's
 		// prefix is always length-framed, so prefix is one).
-		if hot != nil && hot.decideFast(prefix, k0, k1, &r, us, &d) {
+		// (The first word of the key is compared here, so that a check of
+		// another subject does not call decideFast.)
+		if hot != nil && hot.fast.k0.Load() == k0 && hot.decideFast(prefix, k0, k1, &r, us, &d) {
 			s.countFast(hot, clock, ns)
 			return d, nil
 		}
@@ -290,7 +292,7 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 	} else {
 		sh = s.shardOf(prefix, subject)
 	}
-	if isShort && sh != hot && sh.decideFast(prefix, k0, k1, &r, us, &d) {
+	if isShort && sh != hot && sh.fast.k0.Load() == k0 && sh.decideFast(prefix, k0, k1, &r, us, &d) {
 		s.countFast(sh, clock, ns)
 		return d, nil
 	}
@@ -338,7 +340,11 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 	} else {
 		e = sp.find(subject)
 	}
-	if len(r.Limits) == 1 && (e == nil || sh.pols[e.pol].p.one && sh.pols[e.pol].p.low == p.low) {
+	var ep *policy // the policy that wrote e
+	if e != nil {
+		ep = sh.pols[e.pol].p
+	}
+	if len(r.Limits) == 1 && (e == nil || ep == p || ep.one && ep.low == p.low) {
 		// One limit on a bucket of its own rate: State.Step on scalars.
 		var b scalar
 		if e != nil {
@@ -351,7 +357,7 @@ func (s *Store) ApplySplit(ctx context.Context, prefix, subject string, r rateli
 			// nothing may go without the lock from now on.
 			s.publish(sh, sp, k, e)
 		case !write:
-		case e != nil && sh.pols[e.pol].p == p:
+		case e != nil && ep == p:
 			e.last, e.level, e.expires = b.last, b.level, s.expiry(clock, ttl)
 			sh.last = sp
 		default:
