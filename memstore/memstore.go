@@ -120,12 +120,17 @@ type shard struct {
 const fastPad = (64 - unsafe.Sizeof(fastHit{})%64) % 64
 
 type shardState struct {
-	mu     sync.Mutex        // unlocked by unlock once buckets may have changed, so that fast follows them
-	ops    int               // checks since the last sweep
+	// What every check writes fills the first cache line, so that a check
+	// takes one line from the core that checked the shard last: the fields
+	// after it are read by every check, and written only when buckets come
+	// and go or a hot subject is published.
+	mu     sync.Mutex // unlocked by unlock once buckets may have changed, so that fast follows them
+	ops    int        // checks since the last sweep
+	last   *space     // the space of the latest check
+	recent *policy    // the policy of the latest check
+	hit    hit        // the bucket of the latest check on a short subject
+
 	n      int               // buckets in all spaces
-	last   *space            // the space of the latest check
-	recent *policy           // the policy of the latest check
-	hit    hit               // the bucket of the latest check on a short subject
 	pub    published         // the bucket fast copies
 	spaces map[string]*space // by key prefix
 	peak   int               // the most spaces held since spaces was made
