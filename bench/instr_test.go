@@ -54,7 +54,10 @@ func cgLoop(ctx context.Context, N int, chk Checker, subjects []string) {
 }
 
 func BenchmarkCGOurs(b *testing.B) {
-	cgMany(b, func() Checker { c, _ := newOursLocal(memstore.New(), env{policy: policy{rate: 1000, burst: 1000}}); return c })
+	cgMany(b, func() Checker {
+		c, _ := newOursLocal(memstore.New(), env{policy: policy{rate: 1000, burst: 1000}})
+		return c
+	})
 }
 func BenchmarkCGOursFrozen(b *testing.B) {
 	cgMany(b, func() Checker {
@@ -62,6 +65,7 @@ func BenchmarkCGOursFrozen(b *testing.B) {
 		return c
 	})
 }
+
 // stepped is a clock that advances 300 ns a read: the dynamics of a store
 // checked about 3M times a second, whatever the machine's load.
 func stepped() func() time.Time {
