@@ -14,10 +14,13 @@
 // decided from the copy, so goroutines that keep checking one denied subject
 // do not queue for its lock.
 //
-// A bucket is a 24-byte entry in a slice, found by one map lookup from its
-// subject, which is kept in a fixed array up to 39 bytes (and copied into a
-// string of its own beyond): about 75 heap bytes per subject of up to 15
-// bytes. A Limiter's key prefix (its namespace) is kept once per shard, and
+// The bucket of a subject of up to 15 bytes is a 40-byte slot of an
+// open-addressing table, the subject's key beside its state, so that a check
+// finds both in the one or two cache lines of the slot; the table is kept
+// between half and three quarters full: about 70 heap bytes per subject. A
+// longer subject's bucket is a 24-byte entry in a slice, found by one map
+// lookup from the subject, which is kept in a fixed array up to 39 bytes
+// (and copied into a string of its own beyond). A Limiter's key prefix (its namespace) is kept once per shard, and
 // each policy once per store, found by its value in constant time however
 // many policies there are.
 //
@@ -41,6 +44,7 @@ import (
 	"hash/maphash"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -63,7 +67,8 @@ const (
 // Store keeps token buckets in memory. The zero Store is not usable; call New.
 type Store struct {
 	// Every check reads these; they are written seldom (hot) or never.
-	seed  maphash.Seed
+	seed  maphash.Seed          // the hash of subjects beyond maxShort bytes
+	kseed [2]uint64             // the hash of short subjects (hashShort)
 	clock func() time.Time      // nil: start's monotonic clock
 	start time.Time             // the store's creation, with a monotonic reading
 	base  int64                 // µs on the store's clock at start; expiry seconds count from it
@@ -122,12 +127,17 @@ type shard struct {
 const fastPad = (64 - unsafe.Sizeof(fastHit{})%64) % 64
 
 type shardState struct {
-	mu     sync.Mutex        // unlocked by unlock once buckets may have changed, so that fast follows them
-	ops    int               // checks since the last sweep
+	// What every check writes fills the first cache line, so that a check
+	// takes one line from the core that checked the shard last: the fields
+	// after it are read by every check, and written only when buckets come
+	// and go or a hot subject is published.
+	mu     sync.Mutex // unlocked by unlock once buckets may have changed, so that fast follows them
+	ops    int        // checks since the last sweep
+	last   *space     // the space of the latest check
+	recent *policy    // the policy of the latest check
+	hit    hit        // the bucket of the latest check on a short subject
+
 	n      int               // buckets in all spaces
-	last   *space            // the space of the latest check
-	recent *policy           // the policy of the latest check
-	hit    hit               // the bucket of the latest check on a short subject
 	pub    published         // the bucket fast copies
 	spaces map[string]*space // by key prefix
 	peak   int               // the most spaces held since spaces was made
@@ -161,7 +171,7 @@ type polRef struct {
 type space struct {
 	prefix string
 	n      int             // buckets in the three tables
-	short  table[short]    // subjects of up to 15 bytes
+	short  shortTable      // subjects of up to 15 bytes
 	mid    table[[40]byte] // subjects of 16 to 39 bytes
 	long   table[string]   // longer subjects, each its own copy
 }
@@ -224,7 +234,8 @@ func WithClock(clock func() time.Time) Option { return func(s *Store) { s.clock 
 
 // New returns an empty Store.
 func New(opts ...Option) *Store {
-	s := &Store{seed: maphash.MakeSeed(), start: time.Now(), policies: make(map[policyKey]*policy)}
+	s := &Store{seed: maphash.MakeSeed(), kseed: [2]uint64{rand.Uint64(), rand.Uint64()},
+		start: time.Now(), policies: make(map[policyKey]*policy)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -273,7 +284,7 @@ func (s *Store) applySplit(ctx context.Context, prefix, subject string, r rateli
 		return ratelimit.Decision{}, err
 	}
 
-	var k0, k1 uint64 // a short subject's key, made before taking the lock
+	var k0, k1, h uint64 // a short subject's key and its hash, made before taking the lock
 	var d ratelimit.Decision
 	isShort := len(subject) <= maxShort
 	hot := s.hot.Load()
@@ -281,17 +292,21 @@ func (s *Store) applySplit(ctx context.Context, prefix, subject string, r rateli
 		k0, k1 = shortWords(subject)
 		// The latest hot subject's shard may be this one's (a space's
 		// prefix is always length-framed, so prefix is one).
-		if hot != nil && hot.decideFast(prefix, k0, k1, &r, us, &d) {
+		// (The first word of the key is compared here, so that a check of
+		// another subject does not call decideFast.)
+		if hot != nil && hot.fast.k0.Load() == k0 && hot.decideFast(prefix, k0, k1, &r, us, &d) {
 			s.countFast(hot, clock, ns)
 			return d, nil
 		}
 	}
-	if p, rest := keyfmt.Split(prefix); p != prefix || rest != "" {
-		// Not a Limiter's length-framed prefix: file the key as Apply would.
-		return s.Apply(ctx, prefix+subject, r)
+	var sh *shard
+	if isShort {
+		h = hashShort(&s.kseed, k0, k1)
+		sh = &s.shards[shortShard(prefix, h)]
+	} else {
+		sh = s.shardOf(prefix, subject)
 	}
-	sh := s.shardOf(prefix, subject)
-	if isShort && sh != hot && sh.decideFast(prefix, k0, k1, &r, us, &d) {
+	if isShort && sh != hot && sh.fast.k0.Load() == k0 && sh.decideFast(prefix, k0, k1, &r, us, &d) {
 		s.countFast(sh, clock, ns)
 		return d, nil
 	}
@@ -310,23 +325,40 @@ func (s *Store) applySplit(ctx context.Context, prefix, subject string, r rateli
 		sh.unlock()
 		return ratelimit.Decision{}, r.Validate()
 	}
-	var bands [tokenbucket.MaxLimits]tokenbucket.Band
 	sp := sh.last
 	if sp == nil || sp.prefix != prefix {
 		sp = sh.spaces[prefix]
+	}
+	if sp == nil {
+		// Every space's prefix is a Limiter's length-framed one; a prefix
+		// of none is checked here, so that a check of a known namespace
+		// does not parse its prefix.
+		if p, rest := keyfmt.Split(prefix); p != prefix || rest != "" {
+			// Not a Limiter's length-framed prefix: file the key as Apply
+			// would, in the shard of the key so split.
+			sh.unlock()
+			if swept {
+				s.sweepOther(clock)
+			}
+			return s.Apply(ctx, prefix+subject, r)
+		}
 	}
 	var e *entry
 	again := false // the subject of the shard's latest check
 	if len(subject) <= maxShort && sp != nil {
 		if sh.hit.e != nil && sh.hit.sp == sp && sh.hit.key == k {
 			e, again = sh.hit.e, true
-		} else if e = sp.short.get(k); e != nil {
+		} else if e = sp.short.get(h, k0, k1); e != nil {
 			sh.hit = hit{sp: sp, key: k, e: e}
 		}
 	} else {
 		e = sp.find(subject)
 	}
-	if len(r.Limits) == 1 && (e == nil || sh.pols[e.pol].p.one && sh.pols[e.pol].p.low == p.low) {
+	var ep *policy // the policy that wrote e
+	if e != nil {
+		ep = sh.pols[e.pol].p
+	}
+	if len(r.Limits) == 1 && (e == nil || ep == p || ep.one && ep.low == p.low) {
 		// One limit on a bucket of its own rate: State.Step on scalars.
 		var b scalar
 		if e != nil {
@@ -339,15 +371,16 @@ func (s *Store) applySplit(ctx context.Context, prefix, subject string, r rateli
 			// nothing may go without the lock from now on.
 			s.publish(sh, sp, k, e)
 		case !write:
-		case e != nil && sh.pols[e.pol].p == p:
+		case e != nil && ep == p:
 			e.last, e.level, e.expires = b.last, b.level, s.expiry(clock, ttl)
 			sh.last = sp
 		default:
-			bands[0] = tokenbucket.Band{Limit: r.Limits[0], Level: b.level}
-			st := tokenbucket.State{Last: b.last, Bands: bands[:1]}
+			bands := [1]tokenbucket.Band{{Limit: r.Limits[0], Level: b.level}}
+			st := tokenbucket.State{Last: b.last, Bands: bands[:]}
 			s.store(sh, sp, prefix, subject, st, p, e, s.expiry(clock, ttl))
 		}
 	} else {
+		var bands [tokenbucket.MaxLimits]tokenbucket.Band
 		st, e := sh.load(sp, subject, &bands)
 		var ttl time.Duration
 		var write bool
@@ -382,8 +415,19 @@ func (s *Store) shardOf(prefix, subject string) *shard {
 // prefix counts, so that the same subject in many namespaces (a tenant's
 // "admin", say) is spread over the shards too.
 func (s *Store) shardIndex(prefix, subject string) int {
+	if len(subject) <= maxShort {
+		k0, k1 := shortWords(subject)
+		return shortShard(prefix, hashShort(&s.kseed, k0, k1))
+	}
 	h := maphash.String(s.seed, subject) ^ mix(prefix)*0x9e3779b97f4a7c15
 	return int(h >> (64 - shardBits))
+}
+
+// shortShard returns the index of the shard of the key prefix+subject for a
+// short subject whose hashShort is h. Its top bits pick the shard, and the
+// others the subject's slot in its table (see home).
+func shortShard(prefix string, h uint64) int {
+	return int((h ^ mix(prefix)*0x9e3779b97f4a7c15) >> (64 - shardBits))
 }
 
 // mix returns a cheap digest of a key prefix: its length, and its first and
@@ -415,7 +459,8 @@ func (sp *space) find(subject string) *entry {
 	case sp == nil:
 		return nil
 	case len(subject) <= maxShort:
-		return sp.short.get(shortKey(subject))
+		k0, k1 := shortWords(subject)
+		return sp.short.get(hashShort(&sp.short.seed, k0, k1), k0, k1)
 	case len(subject) <= maxMid:
 		return sp.mid.get(midKey(subject))
 	default:
@@ -454,7 +499,7 @@ func (sh *shard) load(sp *space, subject string, bands *[tokenbucket.MaxLimits]t
 // is updated in place, or added when e is nil.
 func (s *Store) store(sh *shard, sp *space, prefix, subject string, st tokenbucket.State, p *policy, e *entry, expires uint32) {
 	if sp == nil {
-		sp = &space{prefix: strings.Clone(prefix)}
+		sp = &space{prefix: strings.Clone(prefix), short: shortTable{seed: s.kseed}}
 		sh.spaces[sp.prefix] = sp
 		sh.peak = max(sh.peak, len(sh.spaces))
 	}
@@ -475,7 +520,8 @@ func (s *Store) store(sh *shard, sp *space, prefix, subject string, st tokenbuck
 		if multi || wasMulti {
 			switch {
 			case len(subject) <= maxShort:
-				sp.short.setExtra(shortKey(subject), &more, multi)
+				k0, k1 := shortWords(subject)
+				sp.short.setExtra(k0, k1, &more, multi)
 			case len(subject) <= maxMid:
 				sp.mid.setExtra(midKey(subject), &more, multi)
 			default:
@@ -487,9 +533,9 @@ func (s *Store) store(sh *shard, sp *space, prefix, subject string, st tokenbuck
 	n := entry{last: st.Last, level: st.Bands[0].Level, pol: s.ref(sh, p), expires: expires}
 	switch {
 	case len(subject) <= maxShort:
-		k := shortKey(subject)
-		sp.short.insert(k, n)
-		sp.short.setExtra(k, &more, multi)
+		k0, k1 := shortWords(subject)
+		sp.short.insert(hashShort(&sp.short.seed, k0, k1), k0, k1, n)
+		sp.short.setExtra(k0, k1, &more, multi)
 	case len(subject) <= maxMid:
 		k := midKey(subject)
 		sp.mid.insert(k, n)
@@ -728,7 +774,7 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 		var found bool
 		switch {
 		case len(subject) <= maxShort:
-			e, found = sp.short.remove(shortKey(subject))
+			e, found = sp.short.remove(shortWords(subject))
 		case len(subject) <= maxMid:
 			e, found = sp.mid.remove(midKey(subject))
 		default:
@@ -831,7 +877,7 @@ func (s *Store) sweep(sh *shard, clock int64) bool {
 func (s *Store) sweepSome(sh *shard, upTo uint32, n int) {
 	for _, sp := range sh.spaces {
 		gone := func(e entry) { s.dropped(sh, sp, e) }
-		n = sp.short.sweep(upTo, n, gone)
+		n = sp.short.sweepSome(upTo, n, gone)
 		n = sp.mid.sweep(upTo, n, gone)
 		n = sp.long.sweep(upTo, n, gone)
 		s.tidy(sh, sp)

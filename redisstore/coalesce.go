@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/script"
+	"github.com/redis/go-redis/v9"
 )
 
 // coalescer is the queue of one master (of the server, without Cluster). It
@@ -60,7 +62,7 @@ func (s *Store) applyCoalesced(ctx context.Context, key string, r ratelimit.Requ
 	c := s.coalescerFor(ctx, key)
 	if c.lane(s.lanes) {
 		defer s.release(c)
-		return s.apply(ctx, key, r)
+		return s.applyLone(ctx, key, r)
 	}
 	cl := &call{}
 	cl.one[0] = ratelimit.BatchItem{Key: key, Request: r}
@@ -69,6 +71,33 @@ func (s *Store) applyCoalesced(ctx context.Context, key string, r ratelimit.Requ
 		return ratelimit.Decision{}, wrapErr("check", key, err)
 	}
 	return cl.items[0].Decision, cl.items[0].Err
+}
+
+// applyLone sends one check on a free lane, as apply does, with the FCALL
+// command made whole in one slice (see script.Encoder.FCall) rather than
+// copied by the client's FCall from the keys and arguments, and the reply
+// read where it lies. Without functions it is apply.
+func (s *Store) applyLone(ctx context.Context, key string, r ratelimit.Request) (ratelimit.Decision, error) {
+	if s.noFunctions.Load() {
+		return s.apply(ctx, key, r)
+	}
+	cmd := redis.NewCmd(ctx, s.enc.FCall(key, r)...)
+	cmd.SetFirstKeyPos(3)
+	_ = s.client.Process(ctx, cmd)
+	res, err := cmd.Result()
+	if err != nil {
+		// The server may not hold the library yet: rerun loads it and
+		// sends the call again.
+		res, err = s.rerun(ctx, []string{key}, cmd.Args()[4:], res, err)
+	}
+	var d ratelimit.Decision
+	if err == nil {
+		d, _, err = script.ParseSettle(r, res)
+	}
+	if err != nil {
+		return ratelimit.Decision{}, wrapErr("check", key, err)
+	}
+	return d, nil
 }
 
 // applyGroup decides g, valid items of one slot, all or nothing in one

@@ -58,6 +58,24 @@ func (e *Encoder) Args(r ratelimit.Request) []any {
 	return e.AppendRequest(CallArgs(r, Each, 1), r)
 }
 
+// FCall returns the whole command of one check of r on key, which must be
+// valid, by FCALL of Function: FCALL, Function, 1, key, then Args(r). The
+// command is made in one slice that the caller hands to redis.NewCmd as it
+// is, where the client's FCall would copy keys and arguments into a new one
+// and box the function's name on every call.
+func (e *Encoder) FCall(key string, r ratelimit.Request) []any {
+	args := make([]any, 6, 8)
+	args[0], args[1], args[2], args[3] = "fcall", functionArg, 1, key
+	args[4], args[5] = "", Each
+	if !r.Now.IsZero() {
+		args[4] = r.Now.UnixMicro()
+	}
+	return e.AppendRequest(args, r)
+}
+
+// functionArg is Function, boxed once.
+var functionArg any = Function
+
 // The script's modes (see the header of tokenbucket.lua). A call of
 // all-or-nothing groups of keys names their sizes instead: see Groups.
 const (
@@ -67,6 +85,24 @@ const (
 	Settle  = "settle"  // a record settled on its bucket
 	Refund  = "refund"  // one key's costs given back
 )
+
+// modeArg returns mode as an argument: a mode of one key boxed once, not on
+// every call.
+func modeArg(mode string) any {
+	switch mode {
+	case Each:
+		return Each
+	case All:
+		return All
+	case Reserve:
+		return Reserve
+	case Settle:
+		return Settle
+	case Refund:
+		return Refund
+	}
+	return mode
+}
 
 // Groups returns the mode of a call of consecutive all-or-nothing groups of
 // the given sizes, each at least 1: "3,1,2".
@@ -86,7 +122,7 @@ func Groups(sizes []int) string {
 // with room for the checks' part.
 func CallArgs(r ratelimit.Request, mode string, keys int) []any {
 	args := make([]any, 2, 3+2*keys)
-	args[0], args[1] = "", mode
+	args[0], args[1] = "", modeArg(mode)
 	if !r.Now.IsZero() {
 		args[0] = r.Now.UnixMicro()
 	}
@@ -209,24 +245,36 @@ func lenOf(m *map[ratelimit.Limit]any) int {
 // ParseReply turns the script's reply to a call of one check of r into a
 // Decision.
 func ParseReply(r ratelimit.Request, reply any) (ratelimit.Decision, error) {
-	v, err := Entries(reply, 1)
+	v, err := Flat(reply, 1)
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
-	return ParseAt(r, v[0], reply)
+	return ParseEntry(r, v, reply)
+}
+
+// Flat returns the entries of a reply to a call of k checks, one after the
+// other, ReplyLen values each, for ParseEntry: the reply's own values, with
+// nothing allocated. A reply of another shape is an error wrapping
+// ErrUnexpectedReply.
+func Flat(reply any, k int) ([]any, error) {
+	v, ok := reply.([]any)
+	if !ok || len(v) != 1+ReplyLen*k || v[0] != any(int64(ReplyLen)) {
+		return nil, Unexpected(reply)
+	}
+	return v[1:], nil
 }
 
 // Entries splits a reply to a call of k checks into its k entries, one per
 // key, for ParseAt; a reply of another shape is an error wrapping
 // ErrUnexpectedReply.
 func Entries(reply any, k int) ([]any, error) {
-	v, ok := reply.([]any)
-	if !ok || len(v) != 1+ReplyLen*k || v[0] != any(int64(ReplyLen)) {
-		return nil, Unexpected(reply)
+	v, err := Flat(reply, k)
+	if err != nil {
+		return nil, err
 	}
 	entries := make([]any, k)
 	for i := range entries {
-		entries[i] = v[1+i*ReplyLen : 1+(i+1)*ReplyLen]
+		entries[i] = v[i*ReplyLen : (i+1)*ReplyLen]
 	}
 	return entries, nil
 }
@@ -239,6 +287,15 @@ func ParseAt(r ratelimit.Request, entry, reply any) (ratelimit.Decision, error) 
 	if !ok || len(v) != ReplyLen {
 		return ratelimit.Decision{}, Unexpected(reply)
 	}
+	return ParseEntry(r, v, reply)
+}
+
+// ParseEntry is ParseAt of the entry whose values begin v (see Flat).
+func ParseEntry(r ratelimit.Request, v []any, reply any) (ratelimit.Decision, error) {
+	if len(v) < ReplyLen {
+		return ratelimit.Decision{}, Unexpected(reply)
+	}
+	v = v[:ReplyLen]
 	if err, ok := v[0].(error); ok {
 		return ratelimit.Decision{}, err
 	}
@@ -274,14 +331,14 @@ func ParseAt(r ratelimit.Request, entry, reply any) (ratelimit.Decision, error) 
 // ParseSettle reads the reply to a settle on r's limits: the standing
 // afterwards, and whether the script found the reservation's record.
 func ParseSettle(r ratelimit.Request, reply any) (d ratelimit.Decision, found bool, err error) {
-	v, err := Entries(reply, 1)
+	v, err := Flat(reply, 1)
 	if err != nil {
 		return d, false, err
 	}
-	if d, err = ParseAt(r, v[0], reply); err != nil {
+	if d, err = ParseEntry(r, v, reply); err != nil {
 		return d, false, err
 	}
-	return d, v[0].([]any)[0].(int64)&8 == 0, nil
+	return d, v[0].(int64)&8 == 0, nil
 }
 
 // Unexpected is the error of a reply that is not the script's.
