@@ -34,17 +34,8 @@ type ceilingResult struct {
 func runCeiling(ctx context.Context, admin *redis.Client, addr string, scripts []serverScript, cfg config, rep *report, logf func(string, ...any)) error {
 	logf("ceiling: 50 connections × pipelines of 16 from Go, %d requests per run, %d rounds", cfg.ceilingN, cfg.rounds)
 	for _, s := range scripts {
-		sha, err := admin.ScriptLoad(ctx, s.body).Result()
-		if err != nil {
-			return fmt.Errorf("SCRIPT LOAD %s: %w", s.name, err)
-		}
-		if sha != s.sha {
-			return fmt.Errorf("%s: SCRIPT LOAD gave %s, want %s", s.name, sha, s.sha)
-		}
-		if s.lib != "" {
-			if err := admin.FunctionLoad(ctx, s.lib).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
-				return fmt.Errorf("FUNCTION LOAD %s: %w", s.name, err)
-			}
+		if err := s.load(ctx, admin); err != nil {
+			return err
 		}
 		if err := checkReply(ctx, admin, s); err != nil {
 			return err
@@ -67,6 +58,25 @@ func runCeiling(ctx context.Context, admin *redis.Client, addr string, scripts [
 				rep.ceiling = append(rep.ceiling, r)
 				logf("  round %d %-32s %6d subjects: %.0f/s", round+1, s.name, n, r.rps)
 			}
+		}
+	}
+	return nil
+}
+
+// load loads s into the server of admin as the ceiling runs it: SCRIPT LOAD,
+// which must name it by s.sha, and FUNCTION LOAD of its library when it
+// runs as a function.
+func (s serverScript) load(ctx context.Context, admin *redis.Client) error {
+	sha, err := admin.ScriptLoad(ctx, s.body).Result()
+	if err != nil {
+		return fmt.Errorf("SCRIPT LOAD %s: %w", s.name, err)
+	}
+	if sha != s.sha {
+		return fmt.Errorf("%s: SCRIPT LOAD gave %s, want %s", s.name, sha, s.sha)
+	}
+	if s.lib != "" {
+		if err := admin.FunctionLoad(ctx, s.lib).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+			return fmt.Errorf("FUNCTION LOAD %s: %w", s.name, err)
 		}
 	}
 	return nil
