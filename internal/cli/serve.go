@@ -135,7 +135,14 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if f.body != "text" && f.body != "json" {
 		return usagef("--body %q: want text or json", f.body)
 	}
-	if err := checkApplicable(setFlags(fs), &f); err != nil {
+	peer, err := readPeerRedis(env.Getenv)
+	if err != nil {
+		return err
+	}
+	if err := checkPeerSettings(env.Getenv); err != nil {
+		return err
+	}
+	if err := checkApplicable(setFlags(fs), &f, peer.opts != nil); err != nil {
 		return err
 	}
 	var token string // RATELIMIT_TOKEN, when there is no --token-file
@@ -155,6 +162,17 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	}
 	if c.Redis, _, err = f.redis.options(); err != nil {
 		return usageError{err}
+	}
+	for _, w := range peer.warnings {
+		log.Warn("ignored, as the peer ignores it: " + w)
+	}
+	switch {
+	case peer.opts == nil:
+	case c.Redis != nil:
+		log.Warn("Redis: --redis wins over the peer's settings", "flag", "--redis", "env", envName("redis"), "overrides", strings.Join(peer.set, ","))
+	default:
+		c.Redis = peer.opts
+		log.Info("Redis from the peer's settings", "redis", service.DescribeRedis(peer.opts), "settings", strings.Join(peer.set, ","))
 	}
 	if f.upstream != "" {
 		if c.Proxy, err = proxyConfig(f); err != nil {
@@ -256,7 +274,7 @@ func readToken(path string, getenv func(string) string) (string, error) {
 
 // checkApplicable refuses flags that the other flags make meaningless,
 // rather than ignoring them.
-func checkApplicable(set map[string]bool, f *serveFlags) error {
+func checkApplicable(set map[string]bool, f *serveFlags, peerRedis bool) error {
 	if f.upstream == "" {
 		for _, name := range []string{"key", "body", "namespace", "admin-listen", "trusted-proxies", "forwarded-header", "ipv6-prefix"} {
 			if set[name] {
@@ -279,9 +297,14 @@ func checkApplicable(set map[string]bool, f *serveFlags) error {
 		}
 	}
 	if len(f.redis.urls) == 0 {
-		for _, name := range []string{"outage", "fleet-size", "redis-password-file"} {
-			if set[name] {
-				return usagef("--%s applies only with --redis", name)
+		if set["redis-password-file"] {
+			return usagef("--redis-password-file applies only with --redis (the peer's REDIS_AUTH holds its password)")
+		}
+		if !peerRedis {
+			for _, name := range []string{"outage", "fleet-size"} {
+				if set[name] {
+					return usagef("--%s applies only with --redis (or the peer's REDIS_URL)", name)
+				}
 			}
 		}
 	}
