@@ -2,13 +2,17 @@ package cli
 
 import (
 	"context"
+	"net"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/exactlimit/ratelimit/internal/redistest"
 	"github.com/exactlimit/ratelimit/internal/service"
@@ -289,5 +293,53 @@ func TestServeCacheKeyPrefix(t *testing.T) {
 		if !framed.MatchString(k) {
 			t.Errorf("key %q is not under a prefix", k)
 		}
+	}
+}
+
+// TestServeRedisTLSFromThePeersSettings: REDIS_TLS with the peer's PEM files
+// reaches a Redis that requires client certificates; the server's name is
+// checked unless REDIS_TLS_SKIP_HOSTNAME_VERIFICATION, and its chain always.
+func TestServeRedisTLSFromThePeersSettings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts redis-server")
+	}
+	p := testkit.NewPKI(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	srv := redistest.StartServer(t, "--tls-port", port, "--tls-cert-file", p.ServerCert, "--tls-key-file", p.ServerKey,
+		"--tls-ca-cert-file", p.ClientCA, "--tls-auth-clients", "yes")
+	vars := func(host, ca string, skip bool) map[string]string {
+		return map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": host + ":" + port, "REDIS_TLS": "true",
+			"REDIS_TLS_CACERT": ca, "REDIS_TLS_CLIENT_CERT": p.ClientCert, "REDIS_TLS_CLIENT_KEY": p.ClientKey,
+			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": strconv.FormatBool(skip)}
+	}
+	for _, tc := range []struct {
+		name   string
+		vars   map[string]string
+		served bool
+	}{
+		{"the server's name and chain checked", vars("127.0.0.1", p.ClientCA, false), true},
+		{"a name the certificate does not hold", vars("localhost", p.ClientCA, false), false},
+		{"a name the certificate does not hold, not checked", vars("localhost", p.ClientCA, true), true},
+		{"a chain to another CA, the name not checked", vars("127.0.0.1", p.OtherCA, true), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ip := strings.ReplaceAll(tc.name, " ", "-")
+			e := peerEnvoy(t, tc.vars, "5")
+			_, err := e.ask(t, ip)
+			if served := err == nil; served != tc.served {
+				t.Fatalf("served %v (%v), want %v:\n%s", served, err, tc.served, e.stderr.String())
+			}
+			if !tc.served && (status.Code(err) != codes.Unavailable || !strings.Contains(e.stderr.String(), "x509: certificate")) {
+				t.Errorf("got %v, want UNAVAILABLE for the server's certificate:\n%s", err, e.stderr.String())
+			}
+			if tc.served && len(keys(t, srv.Addr(), "*"+ip)) != 1 {
+				t.Errorf("no bucket in the Redis behind TLS: %v", keys(t, srv.Addr(), "*"))
+			}
+		})
 	}
 }
