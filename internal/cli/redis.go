@@ -289,6 +289,10 @@ func readPeerRedis(getenv func(string) string) (peerRedis, error) {
 	}
 	typ := strings.ToLower(get("REDIS_TYPE", "single"))
 	addr := get("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
+	if strings.Contains(addr, "://") {
+		// Some platforms set REDIS_URL to a URL of their own.
+		return p, usagef("REDIS_URL=%q: a URL, where the peer takes host:port (REDIS_SOCKET_TYPE=tcp) or a socket's path; give a URL as --redis", redact(addr))
+	}
 	o := &redis.UniversalOptions{}
 	switch typ {
 	case "single":

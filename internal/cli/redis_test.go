@@ -85,6 +85,7 @@ func TestServeRefusesABadPeerSetting(t *testing.T) {
 		{map[string]string{"REDIS_TLS": "maybe"}, `REDIS_TLS="maybe": want true or false`},
 		{map[string]string{"REDIS_TIMEOUT": "10"}, `REDIS_TIMEOUT="10"`},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "/tmp/redis.sock"}, `REDIS_URL="/tmp/redis.sock": with REDIS_SOCKET_TYPE=tcp, want host:port`},
+		{map[string]string{"REDIS_URL": "redis://u:s3cret@redis:6379"}, `REDIS_URL="redis://u:xxxxx@redis:6379": a URL`},
 		{map[string]string{"REDIS_TYPE": "sentinel", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:26379"}, "want mastername,host:port"},
 		{map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "/tmp/redis.sock"}, "REDIS_SOCKET_TYPE=unix needs REDIS_TYPE=single"},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/nonexistent.pem"}, "REDIS_TLS_CACERT"},

@@ -42,7 +42,9 @@ POSTs need Content-Type: application/json. Decisions made against a bucket
 carry none. --config names a YAML file of namespaces
 (see the README); SIGHUP reloads it (and re-reads --token-file), and a bad or empty file is
 refused with a log line while the old policies stay. --redis shares the buckets with every process
-pointed at the same Redis. SIGINT and SIGTERM shut down gracefully.
+pointed at the same Redis; without it, envoyproxy/ratelimit's REDIS_SOCKET_TYPE, REDIS_URL, REDIS_TYPE
+and the other REDIS_* settings choose the Redis as that service reads them, and a value serve cannot
+honour stops it (docs/envoy.md lists them all). SIGINT and SIGTERM shut down gracefully.
 
 With --upstream URL the service is a reverse proxy instead: every request is
 limited by the namespace --namespace, keyed by --key, and passed to URL when
