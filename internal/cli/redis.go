@@ -312,6 +312,9 @@ func readPeerRedis(getenv func(string) string) (peerRedis, error) {
 		if typ != "single" {
 			return p, usagef("REDIS_SOCKET_TYPE=unix needs REDIS_TYPE=single (got %s)", typ)
 		}
+		if _, _, err := net.SplitHostPort(addr); err == nil && !strings.Contains(addr, "/") {
+			return p, usagef("REDIS_URL=%q is host:port, but REDIS_SOCKET_TYPE is unix (the peer's default): set REDIS_SOCKET_TYPE=tcp", redact(addr))
+		}
 		path := addr
 		o.Dialer = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer

@@ -85,6 +85,7 @@ func TestServeRefusesABadPeerSetting(t *testing.T) {
 		{map[string]string{"REDIS_TLS": "maybe"}, `REDIS_TLS="maybe": want true or false`},
 		{map[string]string{"REDIS_TIMEOUT": "10"}, `REDIS_TIMEOUT="10"`},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "/tmp/redis.sock"}, `REDIS_URL="/tmp/redis.sock": with REDIS_SOCKET_TYPE=tcp, want host:port`},
+		{map[string]string{"REDIS_URL": "redis:6379"}, `REDIS_URL="redis:6379" is host:port, but REDIS_SOCKET_TYPE is unix (the peer's default): set REDIS_SOCKET_TYPE=tcp`},
 		{map[string]string{"REDIS_URL": "redis://u:s3cret@redis:6379"}, `REDIS_URL="redis://u:xxxxx@redis:6379": a URL`},
 		{map[string]string{"REDIS_TYPE": "sentinel", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:26379"}, "want mastername,host:port"},
 		{map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "/tmp/redis.sock"}, "REDIS_SOCKET_TYPE=unix needs REDIS_TYPE=single"},
@@ -177,11 +178,13 @@ func TestServeRedisFromThePeersSettings(t *testing.T) {
 	unix := redistest.StartUnixServer(t)
 	master := redistest.StartServer(t)
 	sentinel := redistest.StartSentinel(t, "mymaster", master)
+	cluster := redistest.StartCluster(t, 3, 0)
 	for _, tc := range []struct {
 		name string
 		vars map[string]string
-		addr string // where the buckets must be
+		addr string // where the buckets must be ("": somewhere in the cluster)
 	}{
+		{"a Cluster", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "cluster", "REDIS_URL": strings.Join(cluster.Addrs(), ",")}, ""},
 		{"a standalone Redis over TCP with a password", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": tcp.Addr(), "REDIS_AUTH": "s3cret"}, tcp.Addr()},
 		{"a Redis on a unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": unix.Socket(), "REDIS_POOL_SIZE": "4"}, unix.Addr()},
 		{"a Sentinel set-up", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster," + sentinel.Addr()}, master.Addr()},
@@ -195,8 +198,16 @@ func TestServeRedisFromThePeersSettings(t *testing.T) {
 			if !strings.Contains(a.stderr.String(), `msg="Redis from the peer's settings"`) {
 				t.Errorf("the log does not say where Redis came from:\n%s", a.stderr.String())
 			}
-			if len(keysWith(t, tc.addr, tc.vars["REDIS_AUTH"], "*envoy*")) == 0 {
-				t.Errorf("no envoy bucket in the Redis at %s", tc.addr)
+			addrs := []string{tc.addr}
+			if tc.addr == "" {
+				addrs = cluster.Addrs()
+			}
+			var found []string
+			for _, addr := range addrs {
+				found = append(found, keysWith(t, addr, tc.vars["REDIS_AUTH"], "*"+ip)...)
+			}
+			if len(found) != 1 {
+				t.Errorf("buckets of %s in %v: %v, want one", ip, addrs, found)
 			}
 		})
 	}
