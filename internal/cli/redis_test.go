@@ -70,6 +70,21 @@ func TestPeerRedisOptions(t *testing.T) {
 	}
 }
 
+// TestPeerRedisSentinelAuth: REDIS_AUTH is the master's credentials and
+// REDIS_SENTINEL_AUTH the sentinels', each password or user:password.
+func TestPeerRedisSentinelAuth(t *testing.T) {
+	vars := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "sentinel", "REDIS_URL": "m,s1:26379",
+		"REDIS_AUTH": "app:pw", "REDIS_SENTINEL_AUTH": "spw"}
+	p, err := readPeerRedis(func(k string) string { return vars[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := p.opts
+	if o.Username != "app" || o.Password != "pw" || o.SentinelUsername != "" || o.SentinelPassword != "spw" {
+		t.Errorf("master %q:%q, sentinels %q:%q; want app:pw and :spw", o.Username, o.Password, o.SentinelUsername, o.SentinelPassword)
+	}
+}
+
 // TestServeRefusesABadPeerSetting: a value serve cannot take stops it
 // before it listens, with exit 2 and a message naming the variable.
 func TestServeRefusesABadPeerSetting(t *testing.T) {
