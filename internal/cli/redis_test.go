@@ -198,11 +198,16 @@ func TestServeRedisFromThePeersSettings(t *testing.T) {
 		name string
 		vars map[string]string
 		addr string // where the buckets must be ("": somewhere in the cluster)
+		log  string // a line the log must hold besides
 	}{
-		{"a Cluster", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "cluster", "REDIS_URL": strings.Join(cluster.Addrs(), ",")}, ""},
-		{"a standalone Redis over TCP with a password", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": tcp.Addr(), "REDIS_AUTH": "s3cret"}, tcp.Addr()},
-		{"a Redis on a unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": unix.Socket(), "REDIS_POOL_SIZE": "4"}, unix.Addr()},
-		{"a Sentinel set-up", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster," + sentinel.Addr()}, master.Addr()},
+		{"a Cluster", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "cluster", "REDIS_URL": strings.Join(cluster.Addrs(), ",")}, "", `redis="redis cluster `},
+		{"a standalone Redis over TCP with a password",
+			map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": tcp.Addr(), "REDIS_AUTH": "s3cret", "REDIS_TLS_CACERT": "/nonexistent/ca.pem"},
+			tcp.Addr(), `level=WARN msg="ignored, as the peer ignores it: REDIS_TLS_CACERT applies only with REDIS_TLS=true"`},
+		{"a Redis on a unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": unix.Socket(), "REDIS_POOL_SIZE": "4", "RATELIMIT_OUTAGE": "fail-open"},
+			unix.Addr(), `redis="redis ` + unix.Socket()},
+		{"a Sentinel set-up", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster," + sentinel.Addr()},
+			master.Addr(), `redis="redis sentinel master mymaster via ` + sentinel.Addr()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ip := strings.ReplaceAll(tc.name, " ", "-")
@@ -210,8 +215,10 @@ func TestServeRedisFromThePeersSettings(t *testing.T) {
 			if got := admitted(t, 10, ip, a, b); got != 5 {
 				t.Errorf("two replicas admitted %d of a rule of 5 a minute, want 5 across both", got)
 			}
-			if !strings.Contains(a.stderr.String(), `msg="Redis from the peer's settings"`) {
-				t.Errorf("the log does not say where Redis came from:\n%s", a.stderr.String())
+			for _, want := range []string{`msg="Redis from the peer's settings"`, tc.log} {
+				if !strings.Contains(a.stderr.String(), want) {
+					t.Errorf("the log lacks %s:\n%s", want, a.stderr.String())
+				}
 			}
 			addrs := []string{tc.addr}
 			if tc.addr == "" {

@@ -165,9 +165,6 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if c.Redis, _, err = f.redis.options(); err != nil {
 		return usageError{err}
 	}
-	for _, w := range peer.warnings {
-		log.Warn("ignored, as the peer ignores it: " + w)
-	}
 	switch {
 	case peer.opts == nil:
 	case c.Redis != nil:
@@ -175,6 +172,9 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	default:
 		c.Redis = peer.opts
 		log.Info("Redis from the peer's settings", "redis", service.DescribeRedis(peer.opts), "settings", strings.Join(peer.set, ","))
+		for _, w := range peer.warnings {
+			log.Warn("ignored, as the peer ignores it: " + w)
+		}
 	}
 	if f.upstream != "" {
 		if c.Proxy, err = proxyConfig(f); err != nil {
@@ -275,7 +275,9 @@ func readToken(path string, getenv func(string) string) (string, error) {
 }
 
 // checkApplicable refuses flags that the other flags make meaningless,
-// rather than ignoring them.
+// rather than ignoring them. peerRedis says whether the peer's settings name
+// a Redis (readPeerRedis), which --outage and --fleet-size apply to as they
+// do to --redis.
 func checkApplicable(set map[string]bool, f *serveFlags, peerRedis bool) error {
 	if f.upstream == "" {
 		for _, name := range []string{"key", "body", "namespace", "admin-listen", "trusted-proxies", "forwarded-header", "ipv6-prefix"} {
