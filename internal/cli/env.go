@@ -289,3 +289,38 @@ func isTrue(v string) bool {
 	b, _ := strconv.ParseBool(v)
 	return b
 }
+
+// peerLogging sets f's log level and format from the peer's LOG_LEVEL (its
+// logrus levels: trace and debug are debug, warning is warn, fatal and
+// panic are error) and LOG_FORMAT (text or json), where --log-level and
+// --log-format (or their RATELIMIT_ variables) are not set. It returns the
+// pairs of flag and setting where the flag won, for the log.
+func peerLogging(getenv func(string) string, set map[string]bool, f *serveFlags) ([][2]string, error) {
+	if getenv == nil {
+		return nil, nil
+	}
+	var won [][2]string
+	if v := strings.TrimSpace(getenv("LOG_LEVEL")); v != "" {
+		level, ok := map[string]string{"trace": "debug", "debug": "debug", "info": "info", "warn": "warn", "warning": "warn",
+			"error": "error", "fatal": "error", "panic": "error"}[strings.ToLower(v)]
+		switch {
+		case !ok:
+			return nil, usagef("LOG_LEVEL=%q: want trace, debug, info, warn, error, fatal or panic", v)
+		case set["log-level"]:
+			won = append(won, [2]string{"--log-level", "LOG_LEVEL"})
+		default:
+			f.logLevel = level
+		}
+	}
+	if v := strings.TrimSpace(getenv("LOG_FORMAT")); v != "" {
+		switch {
+		case !strings.EqualFold(v, "text") && !strings.EqualFold(v, "json"):
+			return nil, usagef("LOG_FORMAT=%q: want text or json", v)
+		case set["log-format"]:
+			won = append(won, [2]string{"--log-format", "LOG_FORMAT"})
+		default:
+			f.logFormat = v
+		}
+	}
+	return won, nil
+}

@@ -40,8 +40,8 @@ var peerSettings = []struct {
 	{"GRPC_SERVER_TLS_KEY", honoured, ""},
 	{"GRPC_CLIENT_TLS_CACERT", honoured, ""},
 	{"GRPC_CLIENT_TLS_SAN", refused, "envoy.example"},
-	{"LOG_LEVEL", ignored, ""},
-	{"LOG_FORMAT", ignored, ""},
+	{"LOG_LEVEL", honoured, ""},
+	{"LOG_FORMAT", honoured, ""},
 	{"CONFIG_TYPE", refused, "GRPC_XDS_SOTW"},
 	{"FORCE_START_WITHOUT_INITIAL_CONFIG", ignored, ""},
 	{"CONFIG_GRPC_XDS_NODE_ID", ignored, ""},
@@ -227,4 +227,37 @@ func TestPeerSettingsAreAllAccountedFor(t *testing.T) {
 			t.Errorf("admitted %d of a rule of 5, want 5", got)
 		}
 	})
+}
+
+// TestServeLoggingFromThePeersSettings: LOG_LEVEL (the peer's logrus levels)
+// and LOG_FORMAT set serve's logging where --log-level and --log-format do
+// not; a flag wins, and the log says so.
+func TestServeLoggingFromThePeersSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		vars      map[string]string
+		args      []string
+		has, lack string
+	}{
+		{"json", map[string]string{"LOG_FORMAT": "json"}, nil, `"msg":"serving envoy rate limit service"`, "level=INFO"},
+		{"the peer's WARNING", map[string]string{"LOG_LEVEL": "WARNING"}, nil, "", "level=INFO"},
+		{"the peer's trace is debug", map[string]string{"LOG_LEVEL": "trace"}, nil, "level=INFO", ""},
+		{"a flag wins", map[string]string{"LOG_LEVEL": "error", "LOG_FORMAT": "json"}, []string{"--log-level", "info", "--log-format", "text"},
+			`level=WARN msg="logging: a flag wins over the peer's setting" flag=--log-level overrides=LOG_LEVEL`, `"msg"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := peerEnvoy(t, tc.vars, "5", tc.args...)
+			log := e.stderr.String()
+			if !strings.Contains(log, tc.has) || (tc.lack != "" && strings.Contains(log, tc.lack)) {
+				t.Errorf("the log should hold %q and not %q:\n%s", tc.has, tc.lack, log)
+			}
+		})
+	}
+	for _, v := range []map[string]string{{"LOG_LEVEL": "loud"}, {"LOG_FORMAT": "logfmt"}} {
+		var stdout, stderr testkit.Buffer
+		env := Env{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return v[k] }}
+		if code := Main(context.Background(), []string{"serve", "--listen", "127.0.0.1:0"}, env); code != 2 || !strings.Contains(stderr.String(), "LOG_") {
+			t.Errorf("%v: got exit %d and %q, want 2 naming the setting", v, code, stderr.String())
+		}
+	}
 }

@@ -152,9 +152,16 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		token, _ = readToken("", env.Getenv)
 	}
 
+	logAs, err := peerLogging(env.Getenv, setFlags(fs), &f)
+	if err != nil {
+		return err
+	}
 	log, err := newLogger(env.Stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		return err
+	}
+	for _, o := range logAs {
+		log.Warn("logging: a flag wins over the peer's setting", "flag", o[0], "overrides", o[1])
 	}
 	c := service.Config{
 		Listen: f.listen, AdminListen: f.admin, MaxConns: f.maxConns, ReadTimeout: f.readTimeout, Timeout: f.timeout,
