@@ -220,6 +220,9 @@ func TestServeRedisFromThePeersSettings(t *testing.T) {
 					t.Errorf("the log lacks %s:\n%s", want, a.stderr.String())
 				}
 			}
+			if strings.Contains(a.stderr.String(), "keeps its buckets in this process") {
+				t.Errorf("the log warns of the embedded store:\n%s", a.stderr.String())
+			}
 			addrs := []string{tc.addr}
 			if tc.addr == "" {
 				addrs = cluster.Addrs()
@@ -252,6 +255,15 @@ func keysWith(t *testing.T, addr, password, pattern string) []string {
 		t.Fatal(err)
 	}
 	return ks
+}
+
+// TestServeEnvoyWarnsOfTheEmbeddedStore: with no Redis from a flag or the
+// peer's settings, the log warns that replicas do not share the buckets.
+func TestServeEnvoyWarnsOfTheEmbeddedStore(t *testing.T) {
+	e := peerEnvoy(t, nil, "5")
+	if !strings.Contains(e.stderr.String(), `level=WARN msg="the Envoy service keeps its buckets in this process`) {
+		t.Errorf("no warning of the embedded store:\n%s", e.stderr.String())
+	}
 }
 
 // TestServeRedisFlagWinsOverThePeers: --redis (or RATELIMIT_REDIS) beside

@@ -191,6 +191,9 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if c.Envoy, err = envoy.service(env, log); err != nil {
 		return err
 	}
+	if c.Envoy != nil && c.Redis == nil {
+		log.Warn("the Envoy service keeps its buckets in this process: replicas do not share them, so N replicas admit N times a limit; set REDIS_URL (with REDIS_SOCKET_TYPE) or --redis to share them")
+	}
 	return serve(ctx, env, c, f.shutdown)
 }
 
