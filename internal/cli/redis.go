@@ -251,8 +251,12 @@ type peerRedis struct {
 // /var/run/nutcracker/ratelimit.sock), REDIS_AUTH and REDIS_SENTINEL_AUTH
 // password or user:password, REDIS_TLS with its PEM files, REDIS_POOL_SIZE
 // and REDIS_TIMEOUT (the dial timeout: --timeout bounds each check). A value
-// that is not valid is a usage error naming its variable.
-func readPeerRedis(getenv func(string) string) (peerRedis, error) {
+// that is not valid is a usage error naming its variable. When overridden
+// (--redis is given), it only lists the settings that are set, for the
+// log: a Redis they describe is not used, so neither is its shape checked
+// (a platform's REDIS_URL beside --redis is no error). REDIS_PERSECOND=true
+// and BACKEND_TYPE=memcache are refused either way.
+func readPeerRedis(getenv func(string) string, overridden bool) (peerRedis, error) {
 	var p peerRedis
 	get := func(name, def string) string {
 		if v := strings.TrimSpace(getenv(name)); v != "" {
@@ -279,7 +283,7 @@ func readPeerRedis(getenv func(string) string) (peerRedis, error) {
 	} else if on {
 		return p, usagef("REDIS_PERSECOND=true is not supported: per-second rules share the one Redis of REDIS_URL (see docs/envoy.md)")
 	}
-	if len(p.set) == 0 {
+	if len(p.set) == 0 || overridden {
 		return p, nil
 	}
 

@@ -46,7 +46,7 @@ func TestPeerRedisOptions(t *testing.T) {
 			"redis (TLS) redis:6379", "", "", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := readPeerRedis(func(k string) string { return tc.vars[k] })
+			p, err := readPeerRedis(func(k string) string { return tc.vars[k] }, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +75,7 @@ func TestPeerRedisOptions(t *testing.T) {
 func TestPeerRedisSentinelAuth(t *testing.T) {
 	vars := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "sentinel", "REDIS_URL": "m,s1:26379",
 		"REDIS_AUTH": "app:pw", "REDIS_SENTINEL_AUTH": "spw"}
-	p, err := readPeerRedis(func(k string) string { return vars[k] })
+	p, err := readPeerRedis(func(k string) string { return vars[k] }, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,6 +281,8 @@ func TestServeRedisFlagWinsOverThePeers(t *testing.T) {
 	}{
 		{"--redis", vars, []string{"--redis", "redis://" + flagged.Addr()}},
 		{"RATELIMIT_REDIS", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": peer.Addr(), "RATELIMIT_REDIS": "redis://" + flagged.Addr()}, nil},
+		{"--redis beside a platform's REDIS_URL, a URL the peer could not take",
+			map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis://" + peer.Addr()}, []string{"--redis", "redis://" + flagged.Addr()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := peerEnvoy(t, tc.vars, "5", tc.args...)

@@ -137,7 +137,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if f.body != "text" && f.body != "json" {
 		return usagef("--body %q: want text or json", f.body)
 	}
-	peer, err := readPeerRedis(env.Getenv)
+	peer, err := readPeerRedis(env.Getenv, len(f.redis.urls) > 0)
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		return usageError{err}
 	}
 	switch {
-	case peer.opts == nil:
+	case len(peer.set) == 0:
 	case c.Redis != nil:
 		log.Warn("Redis: --redis wins over the peer's settings", "flag", "--redis", "env", envName("redis"), "overrides", strings.Join(peer.set, ","))
 	default:
