@@ -2,7 +2,6 @@ package cli
 
 import (
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/exactlimit/ratelimit/internal/envoyrls"
@@ -60,12 +59,11 @@ func (f *envoyFlags) service(env Env, log *slog.Logger) (*service.Envoy, error) 
 	}
 	headers := envoyrls.HeadersFromEnv(env.Getenv)
 	headers.Enabled = headers.Enabled || f.headers
-	ratio, _ := strconv.ParseFloat(env.Getenv("NEAR_LIMIT_RATIO"), 64)
 	return &service.Envoy{
 		Listen: f.listen, ConfigPath: f.config, Watch: f.watch, Outage: outage, Headers: headers,
 		Load:           envoyrls.LoadOptions{IgnoreDotFiles: pe.ignoreDotFiles, MergeDomains: pe.mergeDomains},
-		NearLimitRatio: ratio, ShadowMode: pe.shadowMode, DynamicMetadata: pe.dynamicMetadata,
-		TLS: service.TLSFiles{Cert: tls.cert, Key: tls.key, ClientCA: tls.clientCA},
+		NearLimitRatio: pe.nearLimitRatio, ShadowMode: pe.shadowMode, DynamicMetadata: pe.dynamicMetadata,
+		TLS: service.TLSFiles{Cert: tls.cert, Key: tls.key, ClientCA: tls.clientCA}, KeyPrefix: pe.keyPrefix,
 	}, nil
 }
 

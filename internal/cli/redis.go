@@ -2,13 +2,18 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/exactlimit/ratelimit/internal/service"
 	"github.com/exactlimit/ratelimit/redisstore"
@@ -219,4 +224,228 @@ func (f *redisFlags) applyPassword(o *redis.UniversalOptions) error {
 	}
 	o.Password = pw
 	return nil
+}
+
+// peerRedisVars are the settings of envoyproxy/ratelimit that choose its
+// Redis. Any of them set (or BACKEND_TYPE=redis) makes serve take its Redis
+// from them when --redis is not given; the others keep the peer's defaults.
+var peerRedisVars = []string{
+	"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_POOL_SIZE",
+	"REDIS_TIMEOUT", "REDIS_TLS", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY",
+	"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+}
+
+// peerRedis is the Redis of the peer's settings.
+type peerRedis struct {
+	opts *redis.UniversalOptions // redisstore.ClientOptions applied; nil: the settings name no Redis
+	set  []string                // the variables of peerRedisVars that are set, for the log
+	// warnings are settings the peer ignores too, said in the log.
+	warnings []string
+}
+
+// readPeerRedis reads the Redis of the peer's settings through getenv, as
+// envoyproxy/ratelimit dials it: REDIS_SOCKET_TYPE tcp or unix (default
+// unix), REDIS_TYPE single, cluster or sentinel in any case (default
+// single), REDIS_URL host:port, a socket's path, host:port,host:port for a
+// cluster, or mastername,host:port,... for a sentinel (default
+// /var/run/nutcracker/ratelimit.sock), REDIS_AUTH and REDIS_SENTINEL_AUTH
+// password or user:password, REDIS_TLS with its PEM files, REDIS_POOL_SIZE
+// and REDIS_TIMEOUT (the dial timeout: --timeout bounds each check). A value
+// that is not valid is a usage error naming its variable. When overridden
+// (--redis is given), it only lists the settings that are set, for the
+// log: a Redis they describe is not used, so neither is its shape checked
+// (a platform's REDIS_URL beside --redis is no error). REDIS_PERSECOND=true
+// and BACKEND_TYPE=memcache are refused either way.
+func readPeerRedis(getenv func(string) string, overridden bool) (peerRedis, error) {
+	var p peerRedis
+	get := func(name, def string) string {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	for _, name := range peerRedisVars {
+		if get(name, "") != "" {
+			p.set = append(p.set, name)
+		}
+	}
+	switch backend := get("BACKEND_TYPE", ""); {
+	case backend == "":
+	case strings.EqualFold(backend, "redis"):
+		p.set = append(p.set, "BACKEND_TYPE")
+	case strings.EqualFold(backend, "memcache"):
+		return p, usagef("BACKEND_TYPE=memcache is not supported: this service keeps its buckets in Redis (REDIS_URL) or, with no Redis setting, in this process")
+	default:
+		return p, usagef("BACKEND_TYPE=%q: want redis", backend)
+	}
+	if on, err := peerBool(getenv, "REDIS_PERSECOND"); err != nil {
+		return p, err
+	} else if on {
+		return p, usagef("REDIS_PERSECOND=true is not supported: per-second rules share the one Redis of REDIS_URL (see docs/envoy.md)")
+	}
+	if len(p.set) == 0 || overridden {
+		return p, nil
+	}
+
+	socket := strings.ToLower(get("REDIS_SOCKET_TYPE", "unix"))
+	if socket != "tcp" && socket != "unix" {
+		return p, usagef("REDIS_SOCKET_TYPE=%q: want tcp or unix", get("REDIS_SOCKET_TYPE", ""))
+	}
+	typ := strings.ToLower(get("REDIS_TYPE", "single"))
+	addr := get("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
+	if strings.Contains(addr, "://") {
+		// Some platforms set REDIS_URL to a URL of their own.
+		return p, usagef("REDIS_URL=%q: a URL, where the peer takes host:port (REDIS_SOCKET_TYPE=tcp) or a socket's path; give a URL as --redis", redact(addr))
+	}
+	o := &redis.UniversalOptions{}
+	switch typ {
+	case "single":
+		o.Addrs = []string{addr}
+	case "cluster":
+		o.Addrs, o.IsClusterMode = strings.Split(addr, ","), true
+	case "sentinel":
+		parts := strings.Split(addr, ",")
+		if len(parts) < 2 || parts[0] == "" {
+			return p, usagef("REDIS_URL=%q: with REDIS_TYPE=sentinel, want mastername,host:port[,host:port...]", redact(addr))
+		}
+		o.MasterName, o.Addrs = parts[0], parts[1:]
+	default:
+		return p, usagef("REDIS_TYPE=%q: want single, cluster or sentinel", get("REDIS_TYPE", ""))
+	}
+	if socket == "unix" {
+		if typ != "single" {
+			return p, usagef("REDIS_SOCKET_TYPE=unix needs REDIS_TYPE=single (got %s)", typ)
+		}
+		if _, _, err := net.SplitHostPort(addr); err == nil && !strings.Contains(addr, "/") {
+			return p, usagef("REDIS_URL=%q is host:port, but REDIS_SOCKET_TYPE is unix (the peer's default): set REDIS_SOCKET_TYPE=tcp", redact(addr))
+		}
+		path := addr
+		o.Dialer = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}
+	} else {
+		for _, a := range o.Addrs {
+			if _, _, err := net.SplitHostPort(a); err != nil || strings.Contains(a, "/") {
+				return p, usagef("REDIS_URL=%q: with REDIS_SOCKET_TYPE=tcp, want host:port (%s is not one)", redact(addr), redact(a))
+			}
+		}
+	}
+	if auth := get("REDIS_AUTH", ""); auth != "" {
+		o.Username, o.Password = splitAuth(auth)
+	}
+	if auth := get("REDIS_SENTINEL_AUTH", ""); auth != "" {
+		if typ != "sentinel" {
+			p.warnings = append(p.warnings, "REDIS_SENTINEL_AUTH applies only to REDIS_TYPE=sentinel")
+		}
+		o.SentinelUsername, o.SentinelPassword = splitAuth(auth)
+	}
+	if v := get("REDIS_POOL_SIZE", ""); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return p, usagef("REDIS_POOL_SIZE=%q: want a whole number of connections, at least 1", v)
+		}
+		o.PoolSize = n
+	}
+	if v := get("REDIS_TIMEOUT", ""); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return p, usagef("REDIS_TIMEOUT=%q: want a positive duration such as 10s", v)
+		}
+		o.DialTimeout = d
+	}
+	tlsOn, err := peerBool(getenv, "REDIS_TLS")
+	if err != nil {
+		return p, err
+	}
+	if tlsOn {
+		if socket == "unix" {
+			return p, usagef("REDIS_TLS=true with REDIS_SOCKET_TYPE=unix is not supported")
+		}
+		if o.TLSConfig, err = peerRedisTLS(getenv); err != nil {
+			return p, err
+		}
+	} else {
+		for _, name := range []string{"REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"} {
+			if get(name, "") != "" {
+				p.warnings = append(p.warnings, name+" applies only with REDIS_TLS=true")
+			}
+		}
+	}
+	p.opts = redisstore.ClientOptions(o)
+	return p, nil
+}
+
+// splitAuth reads the peer's "password" or "user:password".
+func splitAuth(auth string) (user, password string) {
+	if u, pw, ok := strings.Cut(auth, ":"); ok {
+		return u, pw
+	}
+	return "", auth
+}
+
+// peerRedisTLS returns the TLS client configuration of REDIS_TLS_CACERT (the
+// CAs the server's certificate must chain to; default the system's),
+// REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY (a client certificate, both
+// or neither) and REDIS_TLS_SKIP_HOSTNAME_VERIFICATION (check the chain but
+// not the name).
+func peerRedisTLS(getenv func(string) string) (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if path := strings.TrimSpace(getenv("REDIS_TLS_CACERT")); path != "" {
+		pem, err := os.ReadFile(path)
+		if err != nil {
+			return nil, usagef("REDIS_TLS_CACERT: %v", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, usagef("REDIS_TLS_CACERT %s: no PEM certificate in it", path)
+		}
+	}
+	cert, key := strings.TrimSpace(getenv("REDIS_TLS_CLIENT_CERT")), strings.TrimSpace(getenv("REDIS_TLS_CLIENT_KEY"))
+	switch {
+	case cert != "" && key != "":
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, usagef("REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY: %v", err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	case cert != "" || key != "":
+		return nil, usagef("REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY go together: give both or neither")
+	}
+	skip, err := peerBool(getenv, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
+	if err != nil {
+		return nil, err
+	}
+	if skip {
+		// Verify the chain as the handshake would, without the name.
+		roots := c.RootCAs
+		c.InsecureSkipVerify = true
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("redis TLS: the server sent no certificate")
+			}
+			opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
+			for _, ic := range cs.PeerCertificates[1:] {
+				opts.Intermediates.AddCert(ic)
+			}
+			_, err := cs.PeerCertificates[0].Verify(opts)
+			return err
+		}
+	}
+	return c, nil
+}
+
+// peerBool reads the boolean setting name (strconv.ParseBool, as the peer
+// reads it); unset is false. A value that is not a boolean is a usage error
+// naming the variable.
+func peerBool(getenv func(string) string, name string) (bool, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, usagef("%s=%q: want true or false", name, v)
+	}
+	return b, nil
 }

@@ -42,7 +42,9 @@ POSTs need Content-Type: application/json. Decisions made against a bucket
 carry none. --config names a YAML file of namespaces
 (see the README); SIGHUP reloads it (and re-reads --token-file), and a bad or empty file is
 refused with a log line while the old policies stay. --redis shares the buckets with every process
-pointed at the same Redis. SIGINT and SIGTERM shut down gracefully.
+pointed at the same Redis; without it, envoyproxy/ratelimit's REDIS_SOCKET_TYPE, REDIS_URL, REDIS_TYPE
+and the other REDIS_* settings choose the Redis as that service reads them, and a value serve cannot
+honour stops it (docs/envoy.md lists them all). SIGINT and SIGTERM shut down gracefully.
 
 With --upstream URL the service is a reverse proxy instead: every request is
 limited by the namespace --namespace, keyed by --key, and passed to URL when
@@ -135,7 +137,14 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if f.body != "text" && f.body != "json" {
 		return usagef("--body %q: want text or json", f.body)
 	}
-	if err := checkApplicable(setFlags(fs), &f); err != nil {
+	peer, err := readPeerRedis(env.Getenv, len(f.redis.urls) > 0)
+	if err != nil {
+		return err
+	}
+	if err := checkPeerSettings(env.Getenv); err != nil {
+		return err
+	}
+	if err := checkApplicable(setFlags(fs), &f, peer.opts != nil); err != nil {
 		return err
 	}
 	var token string // RATELIMIT_TOKEN, when there is no --token-file
@@ -143,9 +152,16 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		token, _ = readToken("", env.Getenv)
 	}
 
+	logAs, err := peerLogging(env.Getenv, setFlags(fs), &f)
+	if err != nil {
+		return err
+	}
 	log, err := newLogger(env.Stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		return err
+	}
+	for _, o := range logAs {
+		log.Warn("logging: a flag wins over the peer's setting", "flag", o[0], "overrides", o[1])
 	}
 	c := service.Config{
 		Listen: f.listen, AdminListen: f.admin, MaxConns: f.maxConns, ReadTimeout: f.readTimeout, Timeout: f.timeout,
@@ -156,6 +172,17 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if c.Redis, _, err = f.redis.options(); err != nil {
 		return usageError{err}
 	}
+	switch {
+	case len(peer.set) == 0:
+	case c.Redis != nil:
+		log.Warn("Redis: --redis wins over the peer's settings", "flag", "--redis", "env", envName("redis"), "overrides", strings.Join(peer.set, ","))
+	default:
+		c.Redis = peer.opts
+		log.Info("Redis from the peer's settings", "redis", service.DescribeRedis(peer.opts), "settings", strings.Join(peer.set, ","))
+		for _, w := range peer.warnings {
+			log.Warn("ignored, as the peer ignores it: " + w)
+		}
+	}
 	if f.upstream != "" {
 		if c.Proxy, err = proxyConfig(f); err != nil {
 			return err
@@ -163,6 +190,9 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	}
 	if c.Envoy, err = envoy.service(env, log); err != nil {
 		return err
+	}
+	if c.Envoy != nil && c.Redis == nil {
+		log.Warn("the Envoy service keeps its buckets in this process: replicas do not share them, so N replicas admit N times a limit; set REDIS_URL (with REDIS_SOCKET_TYPE) or --redis to share them")
 	}
 	return serve(ctx, env, c, f.shutdown)
 }
@@ -255,8 +285,10 @@ func readToken(path string, getenv func(string) string) (string, error) {
 }
 
 // checkApplicable refuses flags that the other flags make meaningless,
-// rather than ignoring them.
-func checkApplicable(set map[string]bool, f *serveFlags) error {
+// rather than ignoring them. peerRedis says whether the peer's settings name
+// a Redis (readPeerRedis), which --outage and --fleet-size apply to as they
+// do to --redis.
+func checkApplicable(set map[string]bool, f *serveFlags, peerRedis bool) error {
 	if f.upstream == "" {
 		for _, name := range []string{"key", "body", "namespace", "admin-listen", "trusted-proxies", "forwarded-header", "ipv6-prefix"} {
 			if set[name] {
@@ -279,9 +311,14 @@ func checkApplicable(set map[string]bool, f *serveFlags) error {
 		}
 	}
 	if len(f.redis.urls) == 0 {
-		for _, name := range []string{"outage", "fleet-size", "redis-password-file"} {
-			if set[name] {
-				return usagef("--%s applies only with --redis", name)
+		if set["redis-password-file"] {
+			return usagef("--redis-password-file applies only with --redis (the peer's REDIS_AUTH holds its password)")
+		}
+		if !peerRedis {
+			for _, name := range []string{"outage", "fleet-size"} {
+				if set[name] {
+					return usagef("--%s applies only with --redis (or the peer's REDIS_URL)", name)
+				}
 			}
 		}
 	}

@@ -50,6 +50,7 @@ func (s *Service) overrideCheck(c *check, domain string, d *rlv3.RateLimitDescri
 		return errors.New("limit override: the period overflows")
 	}
 	var b strings.Builder
+	b.WriteString(s.prefix)
 	b.WriteString("envoy-override")
 	frame(&b, domain)
 	fmt.Fprintf(&b, ":%d/%s*%d", o.RequestsPerUnit, name, mult)

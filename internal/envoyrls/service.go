@@ -112,6 +112,10 @@ type Options struct {
 	DynamicMetadata bool
 	// Load says how Reload reads a directory.
 	Load LoadOptions
+	// KeyPrefix begins every key the service writes (the peer's
+	// CACHE_KEY_PREFIX), so that two deployments sharing one store keep
+	// their buckets apart; "" adds nothing.
+	KeyPrefix string
 	// Observer, when set, is told every bucket decision once, as a
 	// Limiter tells its observer: each bucket a request checks or looks at
 	// (a refund is not a check, and a requests_per_unit 0 rule decides
@@ -145,6 +149,7 @@ type Service struct {
 	shadow  bool
 	dynamic bool
 	load    LoadOptions
+	prefix  string // Options.KeyPrefix
 	state   atomic.Pointer[state]
 	// watched, when set (by tests), is told each tick Watch has handled.
 	watched chan struct{}
@@ -180,7 +185,7 @@ func New(o Options) (*Service, error) {
 		return nil, errors.New("envoyrls: store must not be nil")
 	}
 	s := &Service{store: o.Store, clock: o.Clock, timeout: o.Timeout, headers: o.Headers, metrics: o.Metrics, log: o.Logger,
-		shadow: o.ShadowMode, dynamic: o.DynamicMetadata, load: o.Load, observer: o.Observer}
+		shadow: o.ShadowMode, dynamic: o.DynamicMetadata, load: o.Load, prefix: o.KeyPrefix, observer: o.Observer}
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
 	}
@@ -214,7 +219,7 @@ func (s *Service) SetConfig(cfg *Config) error {
 		}
 		rs := ruleState{current: &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: unitEnum[r.Unit]}}
 		if r.limit != (ratelimit.Limit{}) {
-			rs.lim, err = ratelimit.New[string](s.store, r.limit, append(opts, ratelimit.WithNamespace(r.namespace))...)
+			rs.lim, err = ratelimit.New[string](s.store, r.limit, append(opts, ratelimit.WithNamespace(s.prefix+r.namespace))...)
 		}
 		st.rules[r] = rs
 	})

@@ -49,6 +49,7 @@ type Server struct {
 	port       int
 	busPort    int    // cluster bus port, 0 when cluster mode is off
 	configPath string // a config file given before the other arguments, or ""
+	socket     string // the unix socket of StartUnixServer, or ""
 	extraArgs  []string
 
 	mu     sync.Mutex
@@ -85,6 +86,25 @@ func StartSentinel(t testing.TB, masterName string, master *Server) *Server {
 	config := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 1000\n",
 		masterName, master.Port(), masterName)
 	return startServerConfig(t, serverPath, config, []string{"--sentinel"})
+}
+
+// StartUnixServer starts a server as StartServer does that also listens on
+// a unix socket (unixsocket in its config, mode 700), whose path Socket
+// returns. The socket is in a short temporary directory of its own, as a
+// socket's path must be shorter than about 100 bytes.
+func StartUnixServer(t testing.TB, extraArgs ...string) *Server {
+	t.Helper()
+	serverPath, _ := Find(t)
+	dir, err := os.MkdirTemp("", "redistest")
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "redis.sock")
+	config := fmt.Sprintf("unixsocket %s\nunixsocketperm 700\n", sock)
+	s := startServerConfig(t, serverPath, config, extraArgs)
+	s.socket = sock
+	return s
 }
 
 func startServer(t testing.TB, serverPath string, extraArgs []string) *Server {
@@ -269,6 +289,10 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 
 // Port returns the server's TCP port. It does not change across Restart.
 func (s *Server) Port() int { return s.port }
+
+// Socket returns the path of the server's unix socket (StartUnixServer),
+// or "" for a server that listens on TCP only.
+func (s *Server) Socket() string { return s.socket }
 
 // Dir returns the server's working directory (also its --dir).
 func (s *Server) Dir() string { return s.dir }

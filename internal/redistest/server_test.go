@@ -159,3 +159,18 @@ func TestServerCloseIsFinal(t *testing.T) {
 		t.Fatalf("Restart after Close: failures %q; want one", rec.fatals)
 	}
 }
+
+func TestUnixServerAnswersOnItsSocket(t *testing.T) {
+	s := StartUnixServer(t)
+	if s.Socket() == "" {
+		t.Fatal("Socket() is empty")
+	}
+	c := redis.NewClient(&redis.Options{Network: "unix", Addr: s.Socket(), DialTimeout: ClientDialTimeout})
+	defer c.Close()
+	if err := pingWith(c, 2*time.Second); err != nil {
+		t.Fatalf("PING over %s: %v", s.Socket(), err)
+	}
+	if got := StartServer(t).Socket(); got != "" {
+		t.Errorf("a TCP server's Socket() = %q, want \"\"", got)
+	}
+}

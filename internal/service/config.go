@@ -116,6 +116,11 @@ type Envoy struct {
 	ShadowMode, DynamicMetadata bool
 	// TLS names the PEM files of the listener's TLS; all empty: plaintext.
 	TLS TLSFiles
+	// KeyPrefix begins every key of the Envoy service's buckets (the
+	// peer's CACHE_KEY_PREFIX): two deployments on one Redis with different
+	// prefixes never share a bucket. The HTTP API's keys are its
+	// namespaces', shared with the library's Limiters, and take no prefix.
+	KeyPrefix string
 }
 
 // TLSFiles name the PEM files of a listener's TLS: its certificate chain and

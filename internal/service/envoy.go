@@ -47,7 +47,7 @@ func startEnvoy(c *Config, st *store, metrics *server.Metrics, obs ratelimit.Obs
 	svc, err := envoyrls.New(envoyrls.Options{
 		Store: rs, Config: cfg, Timeout: c.Timeout, Headers: ec.Headers, Metrics: em, Logger: log,
 		ShadowMode: ec.ShadowMode, DynamicMetadata: ec.DynamicMetadata, Load: ec.Load,
-		Observer: obs,
+		KeyPrefix: ec.KeyPrefix, Observer: obs,
 	})
 	if err != nil {
 		return nil, err
@@ -73,6 +73,9 @@ func startEnvoy(c *Config, st *store, metrics *server.Metrics, obs ratelimit.Obs
 	}
 	if ec.ShadowMode {
 		attrs = append(attrs, "shadow_mode", true)
+	}
+	if ec.KeyPrefix != "" {
+		attrs = append(attrs, "key_prefix", ec.KeyPrefix)
 	}
 	log.Info("serving envoy rate limit service", attrs...)
 	return &envoy{svc: svc, ln: limitConns(ln, c.MaxConns), srv: srv, health: hs, fb: fb}, nil

@@ -186,7 +186,10 @@ func logOutages(log *slog.Logger) fallback.ObserverFunc {
 // credentials.
 func DescribeRedis(o *redis.UniversalOptions) string {
 	kind := "redis"
-	if o.IsClusterMode || len(o.Addrs) > 1 {
+	switch {
+	case o.MasterName != "":
+		kind = "redis sentinel master " + o.MasterName + " via"
+	case o.IsClusterMode || len(o.Addrs) > 1:
 		kind = "redis cluster"
 	}
 	if o.TLSConfig != nil {
