@@ -20,8 +20,9 @@ type Decision struct {
 	// when allowed, the one with the fewest tokens left. With a single limit
 	// it is that limit.
 	Limit Limit
-	// Source tells what made the decision. The zero value, SourceStore, is
-	// the store the limiter was built on.
+	// Source tells what made the decision: the store, a local bucket during
+	// an outage, an outage behaviour, the denial cache or a lease. The zero
+	// value, SourceStore, is the store the limiter was built on.
 	Source Source
 	// Converted reports that the bucket had been written by another policy
 	// and this check converted it to its own (see tokenbucket's State.Step): a rolling deploy

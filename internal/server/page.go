@@ -340,5 +340,5 @@ func (s *Service) servePage(w http.ResponseWriter, r *http.Request) {
 // notFound answers a path the service does not serve.
 func (s *Service) notFound(w http.ResponseWriter, r *http.Request) {
 	s.fail(w, "/", http.StatusNotFound, "no such endpoint "+r.URL.Path+
-		"; the API is POST /v1/acquire, /v1/peek, /v1/reset, GET /v1/stats, /healthz, /metrics, and the operator page GET /")
+		"; the API is POST /v1/acquire, /v1/peek, /v1/reset, /v1/reserve, /v1/settle, GET /v1/stats, /v1/config, /healthz, /readyz, /metrics, its description GET /openapi.json, and the operator page GET /")
 }
