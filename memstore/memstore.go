@@ -40,12 +40,9 @@ package memstore
 
 import (
 	"context"
-	"encoding/binary"
 	"hash/maphash"
 	"math"
-	"math/bits"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,23 +93,6 @@ type Store struct {
 // user calls (see package storehook).
 type storeHooks = storehook.Hooks[ratelimit.Request, ratelimit.Decision]
 
-// policyKey is a policy in comparable form: its limits, zero beyond n.
-type policyKey struct {
-	n int
-	l [tokenbucket.MaxLimits]ratelimit.Limit
-}
-
-// policy is a validated policy, kept once per store and shared by the
-// buckets it wrote.
-type policy struct {
-	key    policyKey
-	limits []ratelimit.Limit // key.l[:key.n]
-	minCap int64
-	one    bool   // a policy of one limit
-	low    lowest // its first limit in lowest terms
-	shards int    // shards that refer to it; guarded by Store.polMu
-}
-
 // shard is the part of the store behind one mutex.
 type shard struct {
 	// Keep what checks read without the lock on a cache line of its own,
@@ -159,12 +139,6 @@ type hit struct {
 	e   *entry // nil: nothing remembered
 }
 
-// polRef is a policy some of a shard's buckets were written by.
-type polRef struct {
-	p    *policy
-	refs int // buckets of the shard written by p
-}
-
 // space holds a shard's buckets of one key prefix (a Limiter's namespace),
 // keyed by the rest of the key: the prefix is kept once, not per bucket.
 // Subjects are kept in one of three tables by their length.
@@ -182,44 +156,6 @@ const (
 	maxShort = 15
 	maxMid   = 39
 )
-
-// short is a subject of up to 15 bytes as two words, read with a few loads
-// rather than copied byte by byte: from 8 bytes on, the first word is the
-// first 8 bytes and the second the last 8, whose first byte (already in the
-// first word) gives way to the length; below, the first word holds the bytes
-// and the second the length. Each subject has its own. It is a byte array,
-// not two uint64s, so that a map slot of it and a uint32 takes 20 bytes, not
-// 24.
-type short [16]byte
-
-func shortKey(s string) short { return keyOf(shortWords(s)) }
-
-// shortWords returns the two words of the short of s. A check compares
-// them as words, rather than the short put together: a load of the whole
-// array from the two stores just made would stall.
-func shortWords(s string) (a, b uint64) {
-	n := len(s)
-	if n >= 8 {
-		return le64(s), le64(s[n-8:])&^0xff | uint64(n)
-	}
-	for i := n - 1; i >= 0; i-- {
-		a = a<<8 | uint64(s[i])
-	}
-	return a, uint64(n)
-}
-
-// keyOf returns the short of the words a and b.
-func keyOf(a, b uint64) (k short) {
-	binary.LittleEndian.PutUint64(k[:8], a)
-	binary.LittleEndian.PutUint64(k[8:], b)
-	return k
-}
-
-func midKey(s string) (k [40]byte) {
-	copy(k[:maxMid], s)
-	k[maxMid] = byte(len(s))
-	return k
-}
 
 // Option configures a Store.
 type Option func(*Store)
@@ -396,62 +332,6 @@ func (s *Store) applySplit(ctx context.Context, prefix, subject string, r rateli
 	return d, nil
 }
 
-// sweepOther sweeps a bounded number of buckets of the next shard in turn,
-// after a check swept its own, so that shards that see no checks are swept by
-// the others. clock is the store's clock (µs).
-func (s *Store) sweepOther(clock int64) {
-	other := &s.shards[s.cursor.Add(1)%shardCount]
-	other.mu.Lock()
-	s.sweepSome(other, s.cutoff(clock), 256)
-	other.unlock()
-}
-
-// shardOf returns the shard of the key prefix+subject.
-func (s *Store) shardOf(prefix, subject string) *shard {
-	return &s.shards[s.shardIndex(prefix, subject)]
-}
-
-// shardIndex returns the index of the shard of the key prefix+subject. The
-// prefix counts, so that the same subject in many namespaces (a tenant's
-// "admin", say) is spread over the shards too.
-func (s *Store) shardIndex(prefix, subject string) int {
-	if len(subject) <= maxShort {
-		k0, k1 := shortWords(subject)
-		return shortShard(prefix, hashShort(&s.kseed, k0, k1))
-	}
-	h := maphash.String(s.seed, subject) ^ mix(prefix)*0x9e3779b97f4a7c15
-	return int(h >> (64 - shardBits))
-}
-
-// shortShard returns the index of the shard of the key prefix+subject for a
-// short subject whose hashShort is h. Its top bits pick the shard, and the
-// others the subject's slot in its table (see home).
-func shortShard(prefix string, h uint64) int {
-	return int((h ^ mix(prefix)*0x9e3779b97f4a7c15) >> (64 - shardBits))
-}
-
-// mix returns a cheap digest of a key prefix: its length, and its first and
-// last 8 bytes. It need not resist anyone: prefixes are the namespaces the
-// program chose, and the subject's part of the shard's hash is seeded.
-func mix(prefix string) uint64 {
-	n := len(prefix)
-	if n < 8 {
-		var h uint64
-		for i := range n {
-			h = h<<8 | uint64(prefix[i])
-		}
-		return h<<8 | uint64(n)
-	}
-	return le64(prefix[:8]) ^ bits.RotateLeft64(le64(prefix[n-8:]), 31) ^ uint64(n)
-}
-
-// le64 reads the first 8 bytes of s as a little-endian integer.
-func le64(s string) uint64 {
-	_ = s[7]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
-}
-
 // find returns the entry of subject's bucket in sp (which may be nil), or
 // nil when there is none.
 func (sp *space) find(subject string) *entry {
@@ -550,173 +430,6 @@ func (s *Store) store(sh *shard, sp *space, prefix, subject string, st tokenbuck
 	sh.forget() // the table may have moved its entries
 }
 
-// policyIn returns the store's copy of limits, or nil when they are not a
-// valid policy. sh, locked, remembers the latest one.
-func (s *Store) policyIn(sh *shard, limits []ratelimit.Limit) *policy {
-	if p := sh.recent; p != nil && slices.Equal(p.limits, limits) {
-		return p
-	}
-	var p *policy
-	if i, ok := sh.find(limits); ok {
-		p = sh.pols[i].p
-	} else if p = s.policyFor(limits); p == nil {
-		return nil
-	}
-	sh.recent = p
-	return p
-}
-
-// find returns the index in sh.pols of the policy limits, if the shard has
-// it. It looks in the shard alone, under its lock, and touches no memory
-// another shard writes.
-func (sh *shard) find(limits []ratelimit.Limit) (uint32, bool) {
-	if len(limits) == 1 {
-		i, ok := sh.one[limits[0]]
-		return i, ok
-	}
-	if len(limits) == 0 || len(limits) > tokenbucket.MaxLimits {
-		return 0, false
-	}
-	k := policyKey{n: len(limits)}
-	copy(k.l[:], limits)
-	i, ok := sh.many[k]
-	return i, ok
-}
-
-// policyFor returns the store's copy of limits, or nil when they are not a
-// valid policy. The policy stays in the store's index while a shard refers
-// to it; a policy found but not yet referred to may be dropped from the index
-// meanwhile, and is then still good to use.
-func (s *Store) policyFor(limits []ratelimit.Limit) *policy {
-	if len(limits) == 0 || len(limits) > tokenbucket.MaxLimits {
-		return nil
-	}
-	k := policyKey{n: len(limits)}
-	copy(k.l[:], limits)
-	s.polMu.RLock()
-	p := s.policies[k]
-	s.polMu.RUnlock()
-	if p != nil {
-		return p
-	}
-	if (ratelimit.Request{Limits: limits, Peek: true}).Validate() != nil {
-		return nil
-	}
-	s.polMu.Lock()
-	defer s.polMu.Unlock()
-	if p := s.policies[k]; p != nil {
-		return p
-	}
-	p = &policy{key: k, minCap: math.MaxInt64}
-	p.limits = p.key.l[:k.n:k.n]
-	for _, l := range p.limits {
-		p.minCap = min(p.minCap, l.Capacity)
-	}
-	p.one, p.low = len(p.limits) == 1, lowestOf(p.limits[0])
-	s.policies[k] = p
-	s.polPeak = max(s.polPeak, len(s.policies))
-	if len(s.policies) > s.pruneAt {
-		// Policies looked up but never written with (peeks at missing
-		// buckets, say) are dropped once the index has doubled: a constant
-		// amortized cost per new policy.
-		s.prune(p)
-		s.pruneAt = 2*len(s.policies) + 64
-	}
-	return p
-}
-
-// prune drops from the index the policies no shard refers to, but keep.
-// s.polMu must be held.
-func (s *Store) prune(keep *policy) {
-	for k, p := range s.policies {
-		if p.shards == 0 && p != keep {
-			delete(s.policies, k)
-		}
-	}
-	s.shrinkPolicies()
-}
-
-// shrinkPolicies copies the index into a smaller map once it holds less
-// than a quarter of its most: a Go map never gives back its memory by itself.
-// s.polMu must be held.
-func (s *Store) shrinkPolicies() {
-	if s.polPeak >= 64 && len(s.policies) < s.polPeak/4 {
-		s.policies = maps(s.policies)
-		if s.policies == nil {
-			s.policies = make(map[policyKey]*policy)
-		}
-		s.polPeak = len(s.policies)
-	}
-}
-
-// ref counts one more bucket of sh written by p and returns p's index in
-// sh.pols.
-func (s *Store) ref(sh *shard, p *policy) uint32 {
-	if i, ok := sh.find(p.limits); ok {
-		// p itself, or an equal policy made after p left the index.
-		sh.pols[i].refs++
-		return i
-	}
-	s.polMu.Lock()
-	p.shards++
-	if s.policies[p.key] == nil {
-		// Dropped from the index meanwhile (its last bucket elsewhere went):
-		// it is in use again.
-		s.policies[p.key] = p
-		s.polPeak = max(s.polPeak, len(s.policies))
-	}
-	s.polMu.Unlock()
-	var i uint32
-	if n := len(sh.free); n > 0 {
-		i, sh.free = sh.free[n-1], sh.free[:n-1]
-	} else {
-		i = uint32(len(sh.pols))
-		sh.pols = append(sh.pols, polRef{})
-	}
-	sh.pols[i] = polRef{p: p, refs: 1}
-	if len(p.limits) == 1 {
-		sh.one[p.limits[0]] = i
-	} else {
-		sh.many[p.key] = i
-	}
-	return i
-}
-
-// unref counts one bucket of sh fewer written by the policy at index i, and
-// lets the policy go once no bucket of the store uses it.
-func (s *Store) unref(sh *shard, i uint32) {
-	ref := &sh.pols[i]
-	if ref.refs--; ref.refs > 0 {
-		return
-	}
-	p := ref.p
-	*ref = polRef{}
-	if len(p.limits) == 1 {
-		delete(sh.one, p.limits[0])
-	} else {
-		delete(sh.many, p.key)
-	}
-	sh.free = append(sh.free, i)
-	if len(sh.free) == len(sh.pols) {
-		sh.pols, sh.free = sh.pols[:0], sh.free[:0]
-		if cap(sh.pols) > 64 {
-			// Give back the memory of the policies the shard held.
-			sh.pols, sh.free = nil, nil
-			sh.one = make(map[ratelimit.Limit]uint32)
-			sh.many = make(map[policyKey]uint32)
-		}
-	}
-	if sh.recent == p {
-		sh.recent = nil
-	}
-	s.polMu.Lock()
-	if p.shards--; p.shards == 0 && s.policies[p.key] == p {
-		delete(s.policies, p.key)
-		s.shrinkPolicies()
-	}
-	s.polMu.Unlock()
-}
-
 // now returns the store's clock in µs since the Unix epoch. The default
 // clock reads only the monotonic clock (time.Since of a time with a
 // monotonic reading does), which is the cheaper half of time.Now.
@@ -759,131 +472,4 @@ func (s *Store) expiry(clock int64, ttl time.Duration) uint32 {
 	at := clock - s.base + ttl.Microseconds()
 	sec := (at + 1e6 - 1) / 1e6
 	return uint32(min(max(sec, 0), math.MaxUint32))
-}
-
-// Reset deletes the bucket at key, so that its next check starts full.
-func (s *Store) Reset(ctx context.Context, key string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	prefix, subject := keyfmt.Split(key)
-	sh := s.shardOf(prefix, subject)
-	sh.mu.Lock()
-	if sp := sh.spaces[prefix]; sp != nil {
-		var e entry
-		var found bool
-		switch {
-		case len(subject) <= maxShort:
-			e, found = sp.short.remove(shortWords(subject))
-		case len(subject) <= maxMid:
-			e, found = sp.mid.remove(midKey(subject))
-		default:
-			e, found = sp.long.remove(subject)
-		}
-		if found {
-			s.dropped(sh, sp, e)
-			s.tidy(sh, sp)
-			sh.shrink()
-		}
-	}
-	sh.unlock()
-	return nil
-}
-
-// dropped accounts for the bucket e, just deleted from sp.
-func (s *Store) dropped(sh *shard, sp *space, e entry) {
-	sp.n--
-	sh.n--
-	sh.forget()
-	s.unref(sh, e.pol)
-}
-
-// tidy drops sp when it holds no bucket any more, and compacts its tables
-// when they are mostly empty.
-func (s *Store) tidy(sh *shard, sp *space) {
-	if sp.n == 0 {
-		delete(sh.spaces, sp.prefix)
-		if sh.last == sp {
-			sh.last = nil
-		}
-		sh.forget()
-		return
-	}
-	// Compacting moves entries.
-	short, mid, long := sp.short.compact(), sp.mid.compact(), sp.long.compact()
-	if short || mid || long {
-		sh.forget()
-	}
-}
-
-// shrink copies the shard's map of spaces into a smaller one once it holds
-// less than a quarter of its most.
-func (sh *shard) shrink() {
-	if sh.peak >= 64 && len(sh.spaces) < sh.peak/4 {
-		sh.spaces = maps(sh.spaces)
-		if sh.spaces == nil {
-			sh.spaces = make(map[string]*space)
-		}
-		sh.peak = len(sh.spaces)
-	}
-}
-
-// Len returns the number of buckets held: those not yet swept out.
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += sh.n
-		sh.mu.Unlock()
-	}
-	return n
-}
-
-// Sweep drops every bucket whose time has run out on the store's clock, with
-// the namespaces and policies left without a bucket. Checks sweep on their
-// own; Sweep is for a caller that wants memory back at once.
-func (s *Store) Sweep() {
-	now := s.seconds(s.now())
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		s.sweepSome(sh, now, math.MaxInt)
-		sh.ops = 0
-		sh.recent = nil
-		sh.unlock()
-	}
-	s.polMu.Lock()
-	s.prune(nil)
-	s.polMu.Unlock()
-}
-
-// sweep drops the buckets of sh that expired linger seconds before clock (µs)
-// once the shard has served twice as many checks as it holds buckets (at
-// least 64), so that its cost per check is constant: half a bucket visited.
-// It reports whether it swept.
-func (s *Store) sweep(sh *shard, clock int64) bool {
-	sh.ops++
-	if sh.ops < max(64, 2*sh.n) {
-		return false
-	}
-	sh.ops = 0
-	s.sweepSome(sh, s.cutoff(clock), math.MaxInt)
-	return true
-}
-
-// sweepSome visits at most n buckets of sh, from a random place, and drops
-// those that expired by the second upTo, with the spaces left empty.
-func (s *Store) sweepSome(sh *shard, upTo uint32, n int) {
-	for _, sp := range sh.spaces {
-		gone := func(e entry) { s.dropped(sh, sp, e) }
-		n = sp.short.sweepSome(upTo, n, gone)
-		n = sp.mid.sweep(upTo, n, gone)
-		n = sp.long.sweep(upTo, n, gone)
-		s.tidy(sh, sp)
-		if n <= 0 {
-			break
-		}
-	}
-	sh.shrink()
 }
