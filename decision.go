@@ -9,17 +9,30 @@ type Decision struct {
 	Allowed bool
 	// Remaining is the number of whole tokens left after the check. A denial
 	// consumes nothing, so it reports the untouched balance. With several
-	// limits it is the smallest balance among them.
+	// limits, or quotas, it is the smallest balance among them.
 	Remaining int64
 	// RetryAfter is the wait until the bucket holds the requested cost
-	// (for Peek, one token). It is zero when the request was allowed.
+	// (for Peek, one token), and every quota's window has it left (for a
+	// quota that has not, the wait until its window ends). It is zero when
+	// the request was allowed.
 	RetryAfter time.Duration
-	// ResetAfter is the wait until the bucket is full again.
+	// ResetAfter is the wait until the bucket is full again, and every
+	// quota that has used anything has started a new window.
 	ResetAfter time.Duration
 	// Limit is the limit that bound the decision: the one that denied it, or,
 	// when allowed, the one with the fewest tokens left. With a single limit
-	// it is that limit.
+	// it is that limit. When a quota bound the decision it is the zero
+	// Limit, and Binding says which quota.
 	Limit Limit
+	// Standings holds the standing of each limit and quota of a policy of
+	// more than one (several limits, or quotas): one per limit, in the
+	// policy's order, then one per quota. It is nil for a policy of one
+	// limit, whose standing is Remaining and ResetAfter.
+	Standings []Standing
+	// Binding is the index, in the order of Standings, of the limit or
+	// quota that bound the decision (see Limit): 0 for a policy of one
+	// limit.
+	Binding int
 	// Source tells what made the decision: the store, a local bucket during
 	// an outage, an outage behaviour, the denial cache or a lease. The zero
 	// value, SourceStore, is the store the limiter was built on.

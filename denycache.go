@@ -125,6 +125,11 @@ func (e *denyEntry) bound(cost int64) time.Time {
 	if cost >= e.cost {
 		return e.until
 	}
+	if e.limit.RefillTokens == 0 {
+		// A quota bound the denial: a smaller cost may be left in its
+		// window now.
+		return time.Time{}
+	}
 	early := arith.CeilDiv((e.cost-cost)*e.limit.periodMicros(), e.limit.RefillTokens)
 	return e.until.Add(-time.Duration(early) * time.Microsecond)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -194,7 +195,7 @@ func TestDenyCacheOnlyDeniesWhatTheStoreWould(t *testing.T) {
 			if rng.IntN(10) == 0 {
 				got, err1 := l.Peek(ctx, subject)
 				want, err2 := twin.Peek(ctx, subject)
-				if err1 != nil || err2 != nil || got != want {
+				if err1 != nil || err2 != nil || !reflect.DeepEqual(got, want) {
 					t.Fatalf("%s: peek %+v %v, twin %+v %v", what, got, err1, want, err2)
 				}
 				continue
@@ -207,7 +208,7 @@ func TestDenyCacheOnlyDeniesWhatTheStoreWould(t *testing.T) {
 			}
 			checks++
 			if got.Source != ratelimit.SourceCache {
-				if got != want {
+				if !reflect.DeepEqual(got, want) {
 					t.Fatalf("%s: cost %d decided by the store as %+v, twin %+v", what, cost, got, want)
 				}
 				continue

@@ -31,7 +31,7 @@ func WaitLeaseReturns[K any](l *Limiter[K]) {
 // LeaseReturnQueue is the most give-backs of leases a limiter leaves waiting.
 const LeaseReturnQueue = leaseReturnQueue
 
-// PolicyChecks counts the policies validateLimits has checked.
+// PolicyChecks counts the policies validatePolicy has checked.
 var PolicyChecks atomic.Int64
 
 func init() { policyChecked = func() { PolicyChecks.Add(1) } }

@@ -129,66 +129,93 @@ func (l Limit) rate() arith.Rate {
 // ms). A bucket written by one is the bucket of the other, with no carry-over.
 func (l Limit) Same(m Limit) bool { return l.rate() == m.rate() }
 
-// policyChecked, when not nil, is called each time validateLimits checks a
+// policyChecked, when not nil, is called each time validatePolicy checks a
 // policy: a test hook (see export_test.go), set before any test runs.
 var policyChecked func()
 
-// validateLimits checks a policy of one or more limits. With several, the
-// error says which one broke a rule ("limit 1: ...").
-func validateLimits(limits []Limit) error {
+// validatePolicy checks a policy of one or more limits and any quotas.
+// With several, the error says which one broke a rule ("limit 1: ...",
+// "quota 0: ...").
+func validatePolicy(limits []Limit, quotas []Quota) error {
 	if policyChecked != nil {
 		policyChecked()
 	}
 	if len(limits) == 0 {
 		return invalid("a policy needs at least one limit")
 	}
-	if len(limits) > arith.MaxLimits {
-		return invalid("a policy may combine at most %d limits (got %d)", arith.MaxLimits, len(limits))
+	if n := len(limits) + len(quotas); n > arith.MaxLimits {
+		if len(quotas) == 0 {
+			return invalid("a policy may combine at most %d limits (got %d)", arith.MaxLimits, n)
+		}
+		return invalid("a policy may combine at most %d limits and quotas (got %d)", arith.MaxLimits, n)
 	}
 	for i, l := range limits {
 		if rule := l.brokenRule(); rule != "" {
-			if len(limits) == 1 {
+			if len(limits)+len(quotas) == 1 {
 				return invalid("%s", rule)
 			}
 			return invalid("limit %d: %s", i, rule)
 		}
 	}
+	for i, q := range quotas {
+		if rule := q.brokenRule(); rule != "" {
+			return invalid("quota %d: %s", i, rule)
+		}
+	}
 	return nil
 }
 
-// policy is a Limiter's limits, which New validated. A Request that
-// carries it (see Request.Validate) and whose Limits equal them is not
-// validated again. limits is a copy of its own, which nothing hands out.
-type policy struct{ limits []Limit }
-
-// holds reports whether limits are p's, validated by New. A nil p holds
-// none.
-func (p *policy) holds(limits []Limit) bool {
-	return p != nil && slices.Equal(limits, p.limits)
+// policy is a Limiter's limits and quotas, which New validated. A Request
+// that carries it (see Request.Validate) and whose Limits and Quotas equal
+// them is not validated again. Its slices are copies of its own, which
+// nothing hands out.
+type policy struct {
+	limits []Limit
+	quotas []Quota
 }
 
-// validateCosts checks a cost per limit: each between 1 and its limit's
-// capacity.
-func validateCosts(limits []Limit, costs []int64) error {
-	if len(costs) != len(limits) {
-		return invalid("costs must give one cost per limit (got %d for %d limits)", len(costs), len(limits))
+// holds reports whether limits and quotas are p's, validated by New. A nil
+// p holds none.
+func (p *policy) holds(limits []Limit, quotas []Quota) bool {
+	return p != nil && slices.Equal(limits, p.limits) && slices.Equal(quotas, p.quotas)
+}
+
+// validateCosts checks a cost per limit and quota: each between 1 and its
+// limit's capacity or its quota's allowance.
+func validateCosts(limits []Limit, quotas []Quota, costs []int64) error {
+	if len(costs) != len(limits)+len(quotas) {
+		if len(quotas) == 0 {
+			return invalid("costs must give one cost per limit (got %d for %d limits)", len(costs), len(limits))
+		}
+		return invalid("costs must give one cost per limit and quota (got %d for %d limits and %d quotas)", len(costs), len(limits), len(quotas))
 	}
 	for i, l := range limits {
 		if c := costs[i]; c < 1 || c > l.Capacity {
 			return invalid("limit %d's cost must be between 1 and its capacity %d (got %d)", i, l.Capacity, c)
 		}
 	}
+	for i, q := range quotas {
+		if c := costs[len(limits)+i]; c < 1 || c > q.Allowance {
+			return invalid("quota %d's cost must be between 1 and its allowance %d (got %d)", i, q.Allowance, c)
+		}
+	}
 	return nil
 }
 
-// validateCost checks that cost can ever be admitted by every limit.
-func validateCost(limits []Limit, cost int64) error {
+// validateCost checks that cost can ever be admitted by every limit and
+// quota.
+func validateCost(limits []Limit, quotas []Quota, cost int64) error {
 	if cost < 1 {
 		return invalid("cost must be at least 1 (got %d)", cost)
 	}
 	for _, l := range limits {
 		if cost > l.Capacity {
 			return invalid("cost must not exceed capacity (got %d > %d)", cost, l.Capacity)
+		}
+	}
+	for i, q := range quotas {
+		if cost > q.Allowance {
+			return invalid("cost must not exceed quota %d's allowance (got %d > %d)", i, cost, q.Allowance)
 		}
 	}
 	return nil

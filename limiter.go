@@ -22,8 +22,9 @@ const defaultNamespace = "default"
 type Limiter[K any] struct {
 	store  Store
 	limits []Limit
-	policy *policy // limits, validated: the proof its requests carry
-	minCap int64   // the smallest capacity among limits
+	quotas []Quota
+	policy *policy // limits and quotas, validated: the proof its requests carry
+	minCap int64   // the smallest capacity among limits and allowance among quotas
 	ns     string
 	prefix string
 	encode func(K) string
@@ -46,6 +47,7 @@ type options struct {
 	observer  Observer
 	sleep     func(context.Context, time.Duration) error
 	leases    time.Duration // the lifetime of WithLeases, 0 without
+	quotas    []Quota
 	errs      []error
 }
 
@@ -165,9 +167,6 @@ func NewEncoded[K any](store Store, encode func(K) string, limits []Limit, opts 
 	if encode == nil {
 		return nil, invalid("encode must not be nil")
 	}
-	if err := validateLimits(limits); err != nil {
-		return nil, err
-	}
 	o := options{namespace: defaultNamespace, sleep: clock.Sleep}
 	for _, opt := range opts {
 		opt(&o)
@@ -175,13 +174,17 @@ func NewEncoded[K any](store Store, encode func(K) string, limits []Limit, opts 
 	if len(o.errs) > 0 {
 		return nil, errors.Join(o.errs...)
 	}
+	if err := validatePolicy(limits, o.quotas); err != nil {
+		return nil, err
+	}
 	if o.namespace == "" {
 		return nil, invalid("namespace must not be empty")
 	}
 	l := &Limiter[K]{
 		store:  store,
 		limits: append([]Limit(nil), limits...),
-		policy: &policy{limits: append([]Limit(nil), limits...)},
+		quotas: append([]Quota(nil), o.quotas...),
+		policy: &policy{limits: append([]Limit(nil), limits...), quotas: append([]Quota(nil), o.quotas...)},
 		ns:     o.namespace,
 		prefix: keyfmt.Prefix(o.namespace),
 		encode: encode,
@@ -193,6 +196,13 @@ func NewEncoded[K any](store Store, encode func(K) string, limits []Limit, opts 
 	l.minCap = limits[0].Capacity
 	for _, lim := range limits {
 		l.minCap = min(l.minCap, lim.Capacity)
+	}
+	for _, q := range o.quotas {
+		l.minCap = min(l.minCap, q.Allowance)
+	}
+	if len(l.quotas) == 0 {
+		l.quotas = nil
+		l.policy.quotas = nil
 	}
 	l.split = storehook.Split[Request, Decision](store)
 	if o.denyCache > 0 {
@@ -410,13 +420,13 @@ func (l *Limiter[K]) requestAt(subject K, cost int64, peek bool, now time.Time) 
 // encoded subject, the key without its prefix.
 func (l *Limiter[K]) subjectRequest(r *Request, subject K, cost int64, peek bool, now time.Time) (string, error) {
 	if !peek && (cost < 1 || cost > l.minCap) {
-		return "", validateCost(l.limits, cost)
+		return "", validateCost(l.limits, l.quotas, cost)
 	}
 	enc := l.encode(subject)
 	if enc == "" {
 		return "", invalid("subject must not be empty")
 	}
-	r.Limits, r.Cost, r.Peek, r.policy = l.limits, cost, peek, l.policy
+	r.Limits, r.Quotas, r.Cost, r.Peek, r.policy = l.limits, l.quotas, cost, peek, l.policy
 	if l.clock != nil {
 		r.Now = now
 		if _, rule := arith.Micros(r.Now); rule != "" {
@@ -430,6 +440,10 @@ func (l *Limiter[K]) subjectRequest(r *Request, subject K, cost int64, peek bool
 // Limits of NewMulti. It returns a copy: changing it does not change the
 // policy.
 func (l *Limiter[K]) Limits() []Limit { return append([]Limit(nil), l.limits...) }
+
+// Quotas returns the quotas of the limiter's policy (see WithQuotas), nil
+// when it has none. It returns a copy.
+func (l *Limiter[K]) Quotas() []Quota { return append([]Quota(nil), l.quotas...) }
 
 // Namespace returns the namespace that prefixes the limiter's keys.
 func (l *Limiter[K]) Namespace() string { return l.ns }

@@ -36,8 +36,10 @@ type Reservation struct {
 func (r *Reservation) Token() string { return r.token }
 
 // Settle settles the reservation with the tokens the work really used: one
-// count for every limit, or one per limit in the order of the limiter's
-// Limits (1 and the tokens used, for a requests and a tokens limit). What was
+// count for every limit and quota, or one per limit in the order of the
+// limiter's Limits and then one per quota (1 and the tokens used, for a
+// requests and a tokens limit). A quota's part is settled in the window it
+// was reserved in: once that window has ended, the new one is left alone. What was
 // reserved and not used goes back, capped at capacity; an overrun is charged,
 // into debt when the bucket holds too little (see Limiter.Reserve). The
 // Decision is the subject's standing afterwards, as Peek reports it. A
@@ -60,8 +62,9 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 // Reserve takes costs from subject's bucket now, for work whose real cost is
 // known only after it (a language model's tokens, an upload's bytes), and
 // returns a reservation to settle when it is: costs is one cost for every
-// limit, or one per limit in the order of Limits, each between 1 and its
-// limit's capacity, decided all or nothing as TryAcquireN decides. A limiter
+// limit and quota, or one per limit in the order of Limits and then per
+// quota, each between 1 and its limit's capacity or quota's allowance,
+// decided all or nothing as TryAcquireN decides. A limiter
 // of PerMinute(60) requests and PerMinute(90_000) tokens reserves 1 and the
 // estimate as one decision.
 //
@@ -113,7 +116,7 @@ func (l *Limiter[K]) Reserve(ctx context.Context, subject K, ttl time.Duration, 
 
 // reserveRequest validates a reserve of costs for the encoded subject enc.
 func (l *Limiter[K]) reserveRequest(enc string, ttl time.Duration, costs []int64) (Request, error) {
-	r := Request{Limits: l.limits, policy: l.policy}
+	r := Request{Limits: l.limits, Quotas: l.quotas, policy: l.policy}
 	switch {
 	case enc == "":
 		return r, invalid("subject must not be empty")
@@ -121,12 +124,12 @@ func (l *Limiter[K]) reserveRequest(enc string, ttl time.Duration, costs []int64
 		return r, invalid("reservation lifetime must be at least 1ms (got %v)", ttl)
 	case len(costs) == 1:
 		r.Cost = costs[0]
-		if err := validateCost(l.limits, r.Cost); err != nil {
+		if err := validateCost(l.limits, l.quotas, r.Cost); err != nil {
 			return r, err
 		}
 	default:
 		r.Costs = costs
-		if err := validateCosts(l.limits, costs); err != nil {
+		if err := validateCosts(l.limits, l.quotas, costs); err != nil {
 			return r, err
 		}
 	}
@@ -179,7 +182,7 @@ func (l *Limiter[K]) settle(ctx context.Context, key, id string, actual []int64)
 	used, err := l.used(actual)
 	var r Request
 	if err == nil {
-		r, err = l.timed(Request{Limits: l.limits, policy: l.policy})
+		r, err = l.timed(Request{Limits: l.limits, Quotas: l.quotas, policy: l.policy})
 	}
 	if err != nil {
 		l.failed(ctx, label, opSettle, largest(actual), err, time.Time{})
@@ -197,21 +200,27 @@ func (l *Limiter[K]) settle(ctx context.Context, key, id string, actual []int64)
 	return d, err
 }
 
-// used expands a settle's counts to one per limit.
+// used expands a settle's counts to one per limit and quota.
 func (l *Limiter[K]) used(actual []int64) ([]int64, error) {
+	n := len(l.limits) + len(l.quotas)
 	switch {
-	case len(actual) == len(l.limits):
+	case len(actual) == n:
 	case len(actual) == 1:
 		one := actual[0]
-		actual = make([]int64, len(l.limits))
+		actual = make([]int64, n)
 		for i := range actual {
 			actual[i] = one
 		}
-	default:
+	case len(l.quotas) == 0:
 		return nil, invalid("settle takes one count, or one per limit (got %d for %d limits)", len(actual), len(l.limits))
+	default:
+		return nil, invalid("settle takes one count, or one per limit and quota (got %d for %d limits and %d quotas)", len(actual), len(l.limits), len(l.quotas))
 	}
 	for i, a := range actual {
 		if a < 0 || a > arith.MaxExact {
+			if i >= len(l.limits) {
+				return nil, invalid("tokens used of quota %d must be between 0 and 2^53 (got %d)", i-len(l.limits), a)
+			}
 			return nil, invalid("tokens used of limit %d must be between 0 and 2^53 (got %d)", i, a)
 		}
 	}

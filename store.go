@@ -52,13 +52,18 @@ type Request struct {
 	// Limits is the policy: one Limit, or several that must all admit the
 	// request (a check takes Cost from each of them or from none).
 	Limits []Limit
-	// Cost is the number of tokens to take from every limit. Peek ignores
-	// it.
+	// Quotas are the policy's calendar quotas (see Quota), decided with
+	// its limits: the request is admitted only when each of their current
+	// windows has its cost left as well.
+	Quotas []Quota
+	// Cost is the number of tokens to take from every limit and quota.
+	// Peek ignores it.
 	Cost int64
 	// Costs, when not nil, gives each limit its own cost, in the order of
-	// Limits, in place of Cost: a check of a requests-per-minute and a
-	// tokens-per-minute limit takes 1 from the first and the tokens from
-	// the second, all or nothing. Peek ignores it.
+	// Limits and then of Quotas, in place of Cost: a check of a
+	// requests-per-minute and a tokens-per-minute limit takes 1 from the
+	// first and the tokens from the second, all or nothing. Peek ignores
+	// it.
 	Costs []int64
 	// Peek asks for the standing without consuming: Allowed while at least
 	// one token is there, else Denied with the wait until one is.
@@ -70,9 +75,11 @@ type Request struct {
 	policy *policy // the Limiter's, which made the request: see Validate
 }
 
-// Validate reports whether a store can decide r: its limits are valid, Cost
-// is between 1 and every limit's capacity (or, with Costs, each cost between 1
-// and its limit's capacity) unless Peek, and Now, when set, is
+// Validate reports whether a store can decide r: its limits and quotas are
+// valid (at most 8 in all, and at least one limit), Cost is between 1 and
+// every limit's capacity and every quota's allowance (or, with Costs, each
+// cost between 1 and its own limit's capacity or quota's allowance) unless
+// Peek, and Now, when set, is
 // between the Unix epoch and MaxTime (2^52 µs after it). The error wraps
 // ErrInvalidArgument.
 //
@@ -81,19 +88,19 @@ type Request struct {
 // again, only the cost and the time. So a request passed through several
 // stores (package fallback, then its primary) is not validated at each.
 func (r Request) Validate() error {
-	if !r.policy.holds(r.Limits) {
-		if err := validateLimits(r.Limits); err != nil {
+	if !r.policy.holds(r.Limits, r.Quotas) {
+		if err := validatePolicy(r.Limits, r.Quotas); err != nil {
 			return err
 		}
 	}
 	switch {
 	case r.Peek:
 	case r.Costs != nil:
-		if err := validateCosts(r.Limits, r.Costs); err != nil {
+		if err := validateCosts(r.Limits, r.Quotas, r.Costs); err != nil {
 			return err
 		}
 	default:
-		if err := validateCost(r.Limits, r.Cost); err != nil {
+		if err := validateCost(r.Limits, r.Quotas, r.Cost); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -162,7 +163,7 @@ func TestWaitEndsWithoutTaking(t *testing.T) {
 			}
 			before := store.Applies.Load()
 			d, err := l.WaitN(ctx, tt.subject, tt.cost)
-			if !errors.Is(err, tt.wantErr) || d != (ratelimit.Decision{}) {
+			if !errors.Is(err, tt.wantErr) || !reflect.DeepEqual(d, (ratelimit.Decision{})) {
 				t.Fatalf("WaitN = %+v, %v; want the zero Decision and %v", d, err, tt.wantErr)
 			}
 			if got := store.Applies.Load() - before; got != tt.calls {

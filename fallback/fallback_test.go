@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,7 +67,7 @@ func TestAliveDecisionsAreThePrimarys(t *testing.T) {
 		r := req(perMinute100, 1, clk.Now())
 		got, err := s.Apply(ctx, "k", r)
 		want, _ := ref.Apply(ctx, "k", r)
-		if err != nil || got != want {
+		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("check %d = %+v, %v; want %+v", i, got, err, want)
 		}
 		clk.Add(100 * time.Millisecond)
@@ -100,7 +101,7 @@ func TestOutageBehaviours(t *testing.T) {
 		}},
 		{FailOpen, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
 			want := ratelimit.Decision{Allowed: true, Remaining: 17, ResetAfter: 300 * time.Millisecond, Limit: lim, Source: ratelimit.SourceFailOpen}
-			if err != nil || d != want {
+			if err != nil || !reflect.DeepEqual(d, want) {
 				t.Fatalf("= %+v, %v; want %+v (a full bucket's answer)", d, err, want)
 			}
 			if d.Enforced() {
@@ -109,7 +110,7 @@ func TestOutageBehaviours(t *testing.T) {
 		}},
 		{FailClosed, func(t *testing.T, d ratelimit.Decision, err error, first bool) {
 			want := ratelimit.Decision{Allowed: false, RetryAfter: 300 * time.Millisecond, ResetAfter: 2 * time.Second, Limit: lim, Source: ratelimit.SourceFailClosed}
-			if err != nil || d != want {
+			if err != nil || !reflect.DeepEqual(d, want) {
 				t.Fatalf("= %+v, %v; want %+v (an empty bucket's answer)", d, err, want)
 			}
 		}},
@@ -119,7 +120,7 @@ func TestOutageBehaviours(t *testing.T) {
 				remaining = 14
 			}
 			want := ratelimit.Decision{Allowed: true, Remaining: remaining, ResetAfter: time.Duration(20-remaining) * 100 * time.Millisecond, Limit: lim, Source: ratelimit.SourceLocal}
-			if err != nil || d != want {
+			if err != nil || !reflect.DeepEqual(d, want) {
 				t.Fatalf("= %+v, %v; want %+v", d, err, want)
 			}
 		}},
@@ -330,7 +331,7 @@ func TestLocalFallbackIsTheSameArithmetic(t *testing.T) {
 		got, err := s.Apply(ctx, key, r)
 		want, werr := ref.Apply(ctx, key, r)
 		want.Source = ratelimit.SourceLocal
-		if err != nil || werr != nil || got != want {
+		if err != nil || werr != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("check %d %+v on %s = %+v, %v; memstore says %+v, %v", i, r, key, got, err, want, werr)
 		}
 		clk.Add(time.Duration(rng.Int64N(int64(700 * time.Millisecond))))
@@ -400,7 +401,7 @@ func TestFleetShareDuringAnOutage(t *testing.T) {
 	t.Run("a cost above the share's capacity is denied without taking", func(t *testing.T) {
 		d, err := s.Apply(ctx, "big", req(perMinute100, 26, clk.Now()))
 		want := ratelimit.Decision{Allowed: false, RetryAfter: time.Minute, ResetAfter: time.Minute, Limit: share, Source: ratelimit.SourceLocal}
-		if err != nil || d != want {
+		if err != nil || !reflect.DeepEqual(d, want) {
 			t.Fatalf("= %+v, %v; want %+v", d, err, want)
 		}
 		if d, _ := s.Apply(ctx, "big", req(perMinute100, 25, clk.Now())); !d.Allowed {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -222,7 +223,7 @@ func TestApplyAllEqualsStep(t *testing.T) {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		for i, it := range items {
-			if it.Decision != want[i] {
+			if !reflect.DeepEqual(it.Decision, want[i]) {
 				t.Fatalf("round %d, item %d (%q, %v, cost %d, peek %v) = %+v, StepAll says %+v",
 					round, i, it.Key, it.Request.Limits, it.Request.Cost, it.Request.Peek, it.Decision, want[i])
 			}

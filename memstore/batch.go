@@ -71,7 +71,7 @@ func (s *Store) ApplyAll(ctx context.Context, items []ratelimit.BatchItem) error
 	var shards uint64 // a bit per shard involved
 	for i := range items {
 		c := &w.checks[i]
-		c.p = s.policyFor(items[i].Request.Limits)
+		c.p = s.policyFor(items[i].Request.Limits, items[i].Request.Quotas)
 		c.prefix, c.subject = keyfmt.Split(items[i].Key)
 		c.shard = s.shardIndex(c.prefix, c.subject)
 		shards |= 1 << c.shard

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -124,7 +125,7 @@ func TestApplyEqualsStep(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", what, err)
 				}
-				if got != want {
+				if !reflect.DeepEqual(got, want) {
 					t.Fatalf("%s = %+v, Step says %+v", what, got, want)
 				}
 			}

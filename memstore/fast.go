@@ -56,7 +56,7 @@ func (sh *shard) decideFast(prefix string, k0, k1 uint64, r *ratelimit.Request, 
 	}
 	p := f.p.Load()
 	b := scalar{found: true, last: f.last.Load(), level: f.level.Load()}
-	if f.seq.Load() != seq || !p.one || len(r.Limits) != 1 || p.limits[0] != r.Limits[0] || r.Costs != nil ||
+	if f.seq.Load() != seq || !p.one || len(r.Limits) != 1 || p.limits[0] != r.Limits[0] || r.Costs != nil || r.Quotas != nil ||
 		!r.Peek && (r.Cost < 1 || r.Cost > p.minCap) {
 		return false
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,7 +107,7 @@ func TestFastDecisionsEqualStep(t *testing.T) {
 						model[key] = st
 					}
 					got, err := s.Refund(ctx, key, r)
-					if err != nil || got != want {
+					if err != nil || !reflect.DeepEqual(got, want) {
 						t.Fatalf("refund %s = %+v, %v; Refund says %+v", what, got, err, want)
 					}
 					continue
@@ -135,7 +136,7 @@ func TestFastDecisionsEqualStep(t *testing.T) {
 						t.Fatalf("%s with %q: %v", what, other, err)
 					}
 					for j := range items {
-						if items[j].Decision != ds[j] {
+						if !reflect.DeepEqual(items[j].Decision, ds[j]) {
 							t.Fatalf("%s with %q: item %d = %+v, StepAll says %+v", what, other, j, items[j].Decision, ds[j])
 						}
 					}
@@ -155,7 +156,7 @@ func TestFastDecisionsEqualStep(t *testing.T) {
 					k0, k1 := shortWords(subject)
 					if s.shardOf(prefix, subject).decideFast(prefix, k0, k1, &r, us, &d) {
 						fast++
-						if write || d != want {
+						if write || !reflect.DeepEqual(d, want) {
 							t.Fatalf("%s decided without the lock: %+v, Step says %+v (write %v)", what, d, want, write)
 						}
 					}
@@ -164,7 +165,7 @@ func TestFastDecisionsEqualStep(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", what, err)
 				}
-				if got != want {
+				if !reflect.DeepEqual(got, want) {
 					t.Fatalf("%s = %+v, Step says %+v", what, got, want)
 				}
 			}

@@ -249,7 +249,7 @@ func (s *Store) applySplit(ctx context.Context, prefix, subject string, r rateli
 	k := keyOf(k0, k1)
 	sh.mu.Lock()
 	swept := s.sweep(sh, clock)
-	p := s.policyIn(sh, r.Limits)
+	p := s.policyIn(sh, r.Limits, r.Quotas)
 	cost := r.Cost
 	valid := p != nil && (r.Peek || cost >= 1 && cost <= p.minCap)
 	if r.Costs != nil && p != nil && !r.Peek {
@@ -294,7 +294,7 @@ func (s *Store) applySplit(ctx context.Context, prefix, subject string, r rateli
 	if e != nil {
 		ep = sh.pols[e.pol].p
 	}
-	if len(r.Limits) == 1 && (e == nil || ep == p || ep.one && ep.low == p.low) {
+	if p.one && (e == nil || ep == p || ep.one && ep.low == p.low) {
 		// One limit on a bucket of its own rate: State.Step on scalars.
 		var b scalar
 		if e != nil {
@@ -355,23 +355,24 @@ func (sh *shard) load(sp *space, subject string, bands *[tokenbucket.MaxLimits]t
 	if e == nil {
 		return tokenbucket.State{Bands: bands[:0]}, nil
 	}
-	limits := sh.pols[e.pol].p.limits
+	p := sh.pols[e.pol].p
+	limits := p.limits
 	bands[0] = tokenbucket.Band{Limit: limits[0], Level: e.level}
-	if len(limits) > 1 {
-		var more [tokenbucket.MaxLimits - 1]int64
+	var m more
+	if !p.one {
 		switch {
 		case len(subject) <= maxShort:
-			more = sp.short.extra[shortKey(subject)]
+			m = sp.short.extra[shortKey(subject)]
 		case len(subject) <= maxMid:
-			more = sp.mid.extra[midKey(subject)]
+			m = sp.mid.extra[midKey(subject)]
 		default:
-			more = sp.long.extra[subject]
+			m = sp.long.extra[subject]
 		}
 		for i := 1; i < len(limits); i++ {
-			bands[i] = tokenbucket.Band{Limit: limits[i], Level: more[i-1]}
+			bands[i] = tokenbucket.Band{Limit: limits[i], Level: m.levels[i-1]}
 		}
 	}
-	return tokenbucket.State{Last: e.last, Bands: bands[:len(limits)]}, e
+	return tokenbucket.State{Last: e.last, Bands: bands[:len(limits)], Quotas: m.quotas}, e
 }
 
 // store writes st, decided under policy p, as the bucket of subject in sp,
@@ -384,13 +385,16 @@ func (s *Store) store(sh *shard, sp *space, prefix, subject string, st tokenbuck
 		sh.peak = max(sh.peak, len(sh.spaces))
 	}
 	sh.last = sp
-	multi := len(st.Bands) > 1
-	var more [tokenbucket.MaxLimits - 1]int64
+	multi := !p.one
+	var more more
 	for i := 1; i < len(st.Bands); i++ {
-		more[i-1] = st.Bands[i].Level
+		more.levels[i-1] = st.Bands[i].Level
+	}
+	if len(st.Quotas) > 0 {
+		more.quotas = append([]tokenbucket.QuotaBand(nil), st.Quotas...)
 	}
 	if e != nil {
-		wasMulti := len(sh.pols[e.pol].p.limits) > 1
+		wasMulti := !sh.pols[e.pol].p.one
 		if sh.pols[e.pol].p != p {
 			pol := s.ref(sh, p)
 			s.unref(sh, e.pol)

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -97,7 +98,7 @@ func TestStepOneEqualsStep(t *testing.T) {
 		got := scalar{found: found, last: last, level: level}
 		ttl, write := stepOne(&d, k, l, r.Cost, r.Peek, now, &got)
 		gotLast, gotLevel := got.last, got.level
-		if d != wantD || ttl != wantTTL || write != wantWrite {
+		if !reflect.DeepEqual(d, wantD) || ttl != wantTTL || write != wantWrite {
 			t.Fatalf("case %d: bucket of %v (found %v, last %d, level %d), request %+v at %d:\nstepOne %+v %v %v\nStep    %+v %v %v",
 				i, b, found, last, level, r, now, d, ttl, write, wantD, wantTTL, wantWrite)
 		}

@@ -8,10 +8,12 @@ import (
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
-// policyKey is a policy in comparable form: its limits, zero beyond n.
+// policyKey is a policy in comparable form: its limits, zero beyond n, and
+// its quotas, zero beyond nq.
 type policyKey struct {
-	n int
-	l [tokenbucket.MaxLimits]ratelimit.Limit
+	n, nq int
+	l     [tokenbucket.MaxLimits]ratelimit.Limit
+	q     [tokenbucket.MaxLimits]ratelimit.Quota
 }
 
 // policy is a validated policy, kept once per store and shared by the
@@ -19,8 +21,9 @@ type policyKey struct {
 type policy struct {
 	key    policyKey
 	limits []ratelimit.Limit // key.l[:key.n]
+	quotas []ratelimit.Quota // key.q[:key.nq], nil without
 	minCap int64
-	one    bool   // a policy of one limit
+	one    bool   // a policy of one limit and no quota
 	low    lowest // its first limit in lowest terms
 	shards int    // shards that refer to it; guarded by Store.polMu
 }
@@ -31,56 +34,66 @@ type polRef struct {
 	refs int // buckets of the shard written by p
 }
 
-// policyIn returns the store's copy of limits, or nil when they are not a
-// valid policy. sh, locked, remembers the latest one.
-func (s *Store) policyIn(sh *shard, limits []ratelimit.Limit) *policy {
-	if p := sh.recent; p != nil && slices.Equal(p.limits, limits) {
+// policyIn returns the store's copy of limits and quotas, or nil when they
+// are not a valid policy. sh, locked, remembers the latest one.
+func (s *Store) policyIn(sh *shard, limits []ratelimit.Limit, quotas []ratelimit.Quota) *policy {
+	if p := sh.recent; p != nil && slices.Equal(p.limits, limits) && slices.Equal(p.quotas, quotas) {
 		return p
 	}
 	var p *policy
-	if i, ok := sh.find(limits); ok {
+	if i, ok := sh.find(limits, quotas); ok {
 		p = sh.pols[i].p
-	} else if p = s.policyFor(limits); p == nil {
+	} else if p = s.policyFor(limits, quotas); p == nil {
 		return nil
 	}
 	sh.recent = p
 	return p
 }
 
-// find returns the index in sh.pols of the policy limits, if the shard has
-// it. It looks in the shard alone, under its lock, and touches no memory
-// another shard writes.
-func (sh *shard) find(limits []ratelimit.Limit) (uint32, bool) {
-	if len(limits) == 1 {
+// find returns the index in sh.pols of the policy of limits and quotas, if
+// the shard has it. It looks in the shard alone, under its lock, and
+// touches no memory another shard writes.
+func (sh *shard) find(limits []ratelimit.Limit, quotas []ratelimit.Quota) (uint32, bool) {
+	if len(limits) == 1 && len(quotas) == 0 {
 		i, ok := sh.one[limits[0]]
 		return i, ok
 	}
-	if len(limits) == 0 || len(limits) > tokenbucket.MaxLimits {
+	k, ok := keyOfPolicy(limits, quotas)
+	if !ok {
 		return 0, false
 	}
-	k := policyKey{n: len(limits)}
-	copy(k.l[:], limits)
 	i, ok := sh.many[k]
 	return i, ok
+}
+
+// keyOfPolicy returns the policyKey of limits and quotas, or false when
+// they are more than a policy holds.
+func keyOfPolicy(limits []ratelimit.Limit, quotas []ratelimit.Quota) (policyKey, bool) {
+	if len(limits) == 0 || len(limits)+len(quotas) > tokenbucket.MaxLimits {
+		return policyKey{}, false
+	}
+	k := policyKey{n: len(limits), nq: len(quotas)}
+	copy(k.l[:], limits)
+	copy(k.q[:], quotas)
+	return k, true
 }
 
 // policyFor returns the store's copy of limits, or nil when they are not a
 // valid policy. The policy stays in the store's index while a shard refers
 // to it; a policy found but not yet referred to may be dropped from the index
 // meanwhile, and is then still good to use.
-func (s *Store) policyFor(limits []ratelimit.Limit) *policy {
-	if len(limits) == 0 || len(limits) > tokenbucket.MaxLimits {
+func (s *Store) policyFor(limits []ratelimit.Limit, quotas []ratelimit.Quota) *policy {
+	k, ok := keyOfPolicy(limits, quotas)
+	if !ok {
 		return nil
 	}
-	k := policyKey{n: len(limits)}
-	copy(k.l[:], limits)
 	s.polMu.RLock()
 	p := s.policies[k]
 	s.polMu.RUnlock()
 	if p != nil {
 		return p
 	}
-	if (ratelimit.Request{Limits: limits, Peek: true}).Validate() != nil {
+	if (ratelimit.Request{Limits: limits, Quotas: quotas, Peek: true}).Validate() != nil {
 		return nil
 	}
 	s.polMu.Lock()
@@ -90,10 +103,16 @@ func (s *Store) policyFor(limits []ratelimit.Limit) *policy {
 	}
 	p = &policy{key: k, minCap: math.MaxInt64}
 	p.limits = p.key.l[:k.n:k.n]
+	if k.nq > 0 {
+		p.quotas = p.key.q[:k.nq:k.nq]
+	}
 	for _, l := range p.limits {
 		p.minCap = min(p.minCap, l.Capacity)
 	}
-	p.one, p.low = len(p.limits) == 1, lowestOf(p.limits[0])
+	for _, q := range p.quotas {
+		p.minCap = min(p.minCap, q.Allowance)
+	}
+	p.one, p.low = len(p.limits) == 1 && len(p.quotas) == 0, lowestOf(p.limits[0])
 	s.policies[k] = p
 	s.polPeak = max(s.polPeak, len(s.policies))
 	if len(s.policies) > s.pruneAt {
@@ -133,7 +152,7 @@ func (s *Store) shrinkPolicies() {
 // ref counts one more bucket of sh written by p and returns p's index in
 // sh.pols.
 func (s *Store) ref(sh *shard, p *policy) uint32 {
-	if i, ok := sh.find(p.limits); ok {
+	if i, ok := sh.find(p.limits, p.quotas); ok {
 		// p itself, or an equal policy made after p left the index.
 		sh.pols[i].refs++
 		return i
@@ -155,7 +174,7 @@ func (s *Store) ref(sh *shard, p *policy) uint32 {
 		sh.pols = append(sh.pols, polRef{})
 	}
 	sh.pols[i] = polRef{p: p, refs: 1}
-	if len(p.limits) == 1 {
+	if p.one {
 		sh.one[p.limits[0]] = i
 	} else {
 		sh.many[p.key] = i
@@ -172,7 +191,7 @@ func (s *Store) unref(sh *shard, i uint32) {
 	}
 	p := ref.p
 	*ref = polRef{}
-	if len(p.limits) == 1 {
+	if p.one {
 		delete(sh.one, p.limits[0])
 	} else {
 		delete(sh.many, p.key)

@@ -78,7 +78,18 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 	}
 	rs.taking++
 	rs.mu.Unlock()
-	d, err := s.Apply(ctx, key, r)
+	// The holds of quotas are of the windows at the time the bucket was
+	// decided at: its Last once the reserve took.
+	var at int64
+	err := ctx.Err()
+	var d ratelimit.Decision
+	if err == nil {
+		d, err = s.update(key, r, func(st *tokenbucket.State, us int64) (ratelimit.Decision, time.Duration, bool) {
+			d, ttl, write := st.Step(r, us)
+			at = st.Last
+			return d, ttl, write
+		})
+	}
 	// No one can settle the reservation before it is recorded: no one
 	// knows its id.
 	rs.mu.Lock()
@@ -98,7 +109,7 @@ func (s *Store) Reserve(ctx context.Context, key, id string, r ratelimit.Request
 	if len(rs.m) == 0 || expires < rs.soonest {
 		rs.soonest = expires
 	}
-	rs.m[id] = reservation{key: key, holds: tokenbucket.Held(r), expires: expires}
+	rs.m[id] = reservation{key: key, holds: tokenbucket.Held(r, at), expires: expires}
 	return d, nil
 }
 
@@ -186,7 +197,7 @@ func (s *Store) update(key string, r ratelimit.Request, op func(st *tokenbucket.
 	sh := s.shardOf(prefix, subject)
 	sh.mu.Lock()
 	defer sh.unlock()
-	p := s.policyIn(sh, r.Limits)
+	p := s.policyIn(sh, r.Limits, r.Quotas)
 	sp := sh.spaces[prefix]
 	var bands [tokenbucket.MaxLimits]tokenbucket.Band
 	st, e := sh.load(sp, subject, &bands)

@@ -15,8 +15,16 @@ type table[K comparable] struct {
 	ents []entry
 	free []uint32 // indexes of ents that no subject uses
 	// extra holds the levels of the second and later limits of buckets
-	// written by a policy of several limits.
-	extra map[K][tokenbucket.MaxLimits - 1]int64
+	// written by a policy of several limits, and their quotas' counts.
+	extra map[K]more
+}
+
+// more is what a bucket of a policy of several limits, or with quotas,
+// holds beyond its entry: the levels of its second and later limits, and
+// its quota bands.
+type more struct {
+	levels [tokenbucket.MaxLimits - 1]int64
+	quotas []tokenbucket.QuotaBand
 }
 
 // entry is one bucket: 24 bytes.
@@ -52,14 +60,14 @@ func (t *table[K]) insert(k K, e entry) {
 	t.at[k] = i
 }
 
-// setExtra stores k's levels beyond the first when multi, and deletes them
-// otherwise.
-func (t *table[K]) setExtra(k K, more *[tokenbucket.MaxLimits - 1]int64, multi bool) {
+// setExtra stores what k's bucket holds beyond its entry when multi, and
+// deletes it otherwise.
+func (t *table[K]) setExtra(k K, m *more, multi bool) {
 	if multi {
 		if t.extra == nil {
-			t.extra = make(map[K][tokenbucket.MaxLimits - 1]int64)
+			t.extra = make(map[K]more)
 		}
-		t.extra[k] = *more
+		t.extra[k] = *m
 	} else if t.extra != nil {
 		delete(t.extra, k)
 	}
@@ -156,9 +164,9 @@ type shortTable struct {
 	slots []slot
 	n     int    // slots in use
 	sweep uint32 // the slot the next sweep starts at
-	// extra holds the levels of the second and later limits of buckets
-	// written by a policy of several limits.
-	extra map[short][tokenbucket.MaxLimits - 1]int64
+	// extra holds what buckets of a policy of several limits, or with
+	// quotas, hold beyond their entry.
+	extra map[short]more
 }
 
 // slot is one subject's key and bucket. k1 of a slot in use has usedBit set,
@@ -296,14 +304,14 @@ func (t *shortTable) drop(i int) {
 	t.n--
 }
 
-// setExtra stores the levels beyond the first of the subject of the words
-// k0 and k1 when multi, and deletes them otherwise.
-func (t *shortTable) setExtra(k0, k1 uint64, more *[tokenbucket.MaxLimits - 1]int64, multi bool) {
+// setExtra stores what the bucket of the subject of the words k0 and k1
+// holds beyond its entry when multi, and deletes it otherwise.
+func (t *shortTable) setExtra(k0, k1 uint64, m *more, multi bool) {
 	if multi {
 		if t.extra == nil {
-			t.extra = make(map[short][tokenbucket.MaxLimits - 1]int64)
+			t.extra = make(map[short]more)
 		}
-		t.extra[keyOf(k0, k1)] = *more
+		t.extra[keyOf(k0, k1)] = *m
 	} else if t.extra != nil {
 		delete(t.extra, keyOf(k0, k1))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,7 +51,7 @@ func TestApplyAll(t *testing.T) {
 					t.Fatalf("%s: StepAll says %v, want %v", what, all, wantAll)
 				}
 				for i, it := range items {
-					if it.Decision != ds[i] {
+					if !reflect.DeepEqual(it.Decision, ds[i]) {
 						t.Fatalf("%s: item %d = %+v, StepAll %+v", what, i, it.Decision, ds[i])
 					}
 				}

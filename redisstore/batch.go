@@ -195,9 +195,10 @@ func (s *Store) evalGroup(ctx context.Context, g group) {
 // decideCall gives each group of a script call of nkeys keys its result:
 // from the call's reply res, or the call's error err.
 func decideCall(call []group, nkeys int, res any, err error) {
-	var entries []any // ReplyLen values a key (see script.Flat)
+	var entries []any // w values a key (see script.Flat)
+	var w int
 	if err == nil {
-		entries, err = script.Flat(res, nkeys)
+		entries, w, err = script.Flat(res, nkeys)
 	}
 	for _, g := range call {
 		if err != nil {
@@ -205,14 +206,14 @@ func decideCall(call []group, nkeys int, res any, err error) {
 			continue
 		}
 		for j, it := range g {
-			d, err := script.ParseEntry(it.Request, entries[j*script.ReplyLen:], res)
+			d, err := script.ParseEntry(it.Request, entries[j*w:], res)
 			if err != nil {
 				fail(g, wrapErr("check", it.Key, err))
 				break
 			}
 			it.Decision, it.Err = d, nil
 		}
-		entries = entries[len(g)*script.ReplyLen:]
+		entries = entries[len(g)*w:]
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -258,7 +259,7 @@ func TestBatchedChecksAreDecidedAsSingleCalls(t *testing.T) {
 		for i, it := range items {
 			d, err := single.Apply(ctx, it.Key, it.Request)
 			persistAll(ctx, t, singleClient)
-			if d != it.Decision || (err == nil) != (it.Err == nil) || err != nil && errors.Is(err, tokenbucket.ErrCorruptState) != errors.Is(it.Err, tokenbucket.ErrCorruptState) {
+			if !reflect.DeepEqual(d, it.Decision) || (err == nil) != (it.Err == nil) || err != nil && errors.Is(err, tokenbucket.ErrCorruptState) != errors.Is(it.Err, tokenbucket.ErrCorruptState) {
 				t.Fatalf("round %d item %d (%s %+v): batched %+v %v, single %+v %v", round, i, it.Key, it.Request, it.Decision, it.Err, d, err)
 			}
 			if it.Key == "corrupt" && !errors.Is(it.Err, tokenbucket.ErrCorruptState) {

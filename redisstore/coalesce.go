@@ -233,7 +233,7 @@ func (s *Store) send(batch []*call) {
 			err := fmt.Errorf("ratelimit: redis check: panic in a pipeline: %v", v)
 			for _, cl := range batch {
 				for _, it := range cl.items {
-					if it.Err == nil && it.Decision == (ratelimit.Decision{}) {
+					if it.Err == nil && undecided(it.Decision) {
 						// Not decided whole: the call fails.
 						for i := range cl.items {
 							cl.items[i].Decision, cl.items[i].Err = ratelimit.Decision{}, err
@@ -273,4 +273,11 @@ func (s *Store) send(batch []*call) {
 		groups[i] = items[len(items)-len(cl.items) : len(items) : len(items)]
 	}
 	s.pipeline(ctx, groups)
+}
+
+// undecided reports whether d is no decision of the script's: an item a
+// pipeline that panicked did not decide. Every decision names its binding
+// limit, or, when a quota bound it, has the standings of its policy.
+func undecided(d ratelimit.Decision) bool {
+	return d.Limit == (ratelimit.Limit{}) && d.Standings == nil
 }

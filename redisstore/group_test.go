@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -99,10 +100,10 @@ func TestGroupsInOneCallAreDecidedAsApplyAllOneByOne(t *testing.T) {
 				if (it.Err == nil) != (err == nil) || err != nil && errors.Is(err, tokenbucket.ErrCorruptState) != errors.Is(it.Err, tokenbucket.ErrCorruptState) {
 					t.Fatalf("round %d group %d item %d (%s): in one call err %v, alone %v", round, g, i, it.Key, it.Err, err)
 				}
-				if err == nil && it.Decision != want[i].Decision {
+				if err == nil && !reflect.DeepEqual(it.Decision, want[i].Decision) {
 					t.Fatalf("round %d group %d item %d (%s %+v): in one call %+v, alone %+v", round, g, i, it.Key, it.Request, it.Decision, want[i].Decision)
 				}
-				if err != nil && it.Decision != (ratelimit.Decision{}) {
+				if err != nil && !reflect.DeepEqual(it.Decision, (ratelimit.Decision{})) {
 					t.Fatalf("round %d group %d item %d: a failed group's item has a decision %+v", round, g, i, it.Decision)
 				}
 			}
@@ -256,7 +257,7 @@ func TestQueuedApplyAllHonoursItsDeadline(t *testing.T) {
 		t.Fatalf("%d calls still queued after the caller gave up", q)
 	}
 	for _, it := range items {
-		if it.Decision != (ratelimit.Decision{}) || it.Err != nil {
+		if !reflect.DeepEqual(it.Decision, (ratelimit.Decision{})) || it.Err != nil {
 			t.Fatalf("the given-up request's items were written: %+v", it)
 		}
 	}

@@ -1,11 +1,13 @@
 package tokenbucket
 
 import (
-	"github.com/exactlimit/ratelimit"
 	"math"
 	"math/big"
+	"reflect"
 	"testing"
 	"time"
+
+	"github.com/exactlimit/ratelimit"
 )
 
 // FuzzStep holds Step to a big-integer oracle of its rules, for any policy
@@ -40,7 +42,7 @@ func FuzzStep(f *testing.F) {
 		}
 		want := oracle(st, l, cost, peek, now)
 		d, ttl, write := st.Step(r0, now)
-		if d != want.d || ttl != want.ttl || write != want.write {
+		if !reflect.DeepEqual(d, want.d) || ttl != want.ttl || write != want.write {
 			t.Fatalf("Step = %+v ttl %v write %v; oracle %+v ttl %v write %v", d, ttl, write, want.d, want.ttl, want.write)
 		}
 		if write && (st.Last != want.last || st.Bands[0].Level != want.level) {
@@ -228,7 +230,7 @@ func FuzzSettle(f *testing.F) {
 		st := State{Last: last, Bands: []Band{{Limit: Lowest(l), Level: tokens * k.P}}}
 		rq := ratelimit.Request{Limits: []ratelimit.Limit{l}}
 		d, ttl, write := st.Settle(rq, []Hold{{Limit: Lowest(l), Tokens: held}}, []int64{actual}, now)
-		if d != want || ttl != wantTTL || write != (lv.Cmp(before) != 0) {
+		if !reflect.DeepEqual(d, want) || ttl != wantTTL || write != (lv.Cmp(before) != 0) {
 			t.Fatalf("Settle = %+v ttl %v write %v; oracle %+v ttl %v write %v", d, ttl, write, want, wantTTL, lv.Cmp(before) != 0)
 		}
 		if write && (st.Bands[0].Level != lv.Int64() || st.Last != now) {

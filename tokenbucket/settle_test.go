@@ -164,7 +164,7 @@ func TestReserveSettleModel(t *testing.T) {
 				}
 				if d.Allowed {
 					model.take(costs)
-					open = append(open, res{Held(r), costs})
+					open = append(open, res{Held(r, st.Last), costs})
 				}
 			case x < settles && len(open) > 0: // settle any one
 				i := rng.IntN(len(open))
@@ -217,13 +217,13 @@ func TestRefundInDebt(t *testing.T) {
 	if d, _, _ := st.Step(b, now); !d.Allowed {
 		t.Fatalf("reserve B = %+v", d)
 	}
-	if d, _, _ := st.Settle(ratelimit.Request{Limits: limits}, Held(b), []int64{11}, now); d.Allowed {
+	if d, _, _ := st.Settle(ratelimit.Request{Limits: limits}, Held(b, st.Last), []int64{11}, now); d.Allowed {
 		t.Fatalf("settle B with 11 used = %+v; want denied (10 in debt)", d)
 	}
 	if got := st.Bands[0].Level; got != -10*6_000_000 {
 		t.Fatalf("after B's overrun the band holds %d, want -10 tokens", got)
 	}
-	d, _, _ := st.Settle(ratelimit.Request{Limits: limits}, Held(a), []int64{0}, now)
+	d, _, _ := st.Settle(ratelimit.Request{Limits: limits}, Held(a, st.Last), []int64{0}, now)
 	if d.Allowed || st.Bands[0].Level != 0 {
 		t.Fatalf("cancel of A = %+v, band %d; want denied, 0 tokens", d, st.Bands[0].Level)
 	}

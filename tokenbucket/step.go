@@ -6,6 +6,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/arith"
+	"github.com/exactlimit/ratelimit/internal/calendar"
 )
 
 // State is a bucket as a store keeps it between checks. The zero State is a
@@ -17,6 +18,18 @@ type State struct {
 	// Bands holds one entry per limit of the policy that last wrote the
 	// bucket, in the policy's order.
 	Bands []Band
+	// Quotas holds one entry per quota of the policy that last wrote the
+	// bucket, in the policy's order: what was used in its window.
+	Quotas []QuotaBand
+}
+
+// QuotaBand is one quota's part of a bucket: Used tokens of the window from
+// Start to End (µs since the Unix epoch; Start <= t < End). A check in
+// another window (a later one) finds nothing used. Used is at most MaxExact,
+// and above the quota's allowance only after a settled overrun.
+type QuotaBand struct {
+	Start, End int64
+	Used       int64
 }
 
 // Band is one limit's part of a bucket.
@@ -56,10 +69,22 @@ type Band struct {
 //     fewest whole tokens, capped the same way. Every interval is so
 //     credited once, at one policy's rate, and a change never mints; the
 //     Decision then has Converted set.
+//   - Each quota of the request finds its window at the time decided at
+//     (see ratelimit.Quota.Window) and takes the quota band of that window
+//     (the first not taken, in order: quotas of one window match in order);
+//     with none, nothing of the window is used. A quota band of any other
+//     window is forgotten at the next write. A bucket whose bands are full
+//     but whose quota bands have used something in their window is not
+//     missing.
 //   - The request is allowed when every band holds cost tokens (for a peek,
-//     one); then, unless peeking, cost is taken from every band.
-//   - ResetAfter is the wait until every band is full: zero for a full
-//     bucket, which needs no key (ttl is then the 1 ms minimum).
+//     one) and every quota has them left in its window (used + cost <=
+//     allowance); then, unless peeking, cost is taken from every band and
+//     added to every quota's used.
+//   - ResetAfter is the wait until every band is full and every quota that
+//     used anything has reached its window's end: zero for a full bucket,
+//     which needs no key (ttl is then the 1 ms minimum). A denial's
+//     RetryAfter is the longest of the waits until each band holds its cost
+//     and, for each quota short of it, until its window ends.
 //
 // ttl is how long the store should keep the new state: until the bucket would
 // be full again, rounded up to the millisecond, and at least a millisecond.
@@ -97,32 +122,41 @@ func StepAll(sts []*State, rs []ratelimit.Request, now int64, ds []ratelimit.Dec
 func (st *State) step(r ratelimit.Request, now int64, take bool) (d ratelimit.Decision, ttl time.Duration, write bool) {
 	take = take && !r.Peek
 	var b bucket
-	b.load(st, r.Limits, now)
+	b.load(st, r.Limits, r.Quotas, now)
 	d.Converted = b.converted
 	want := &b.want
 	limits := r.Limits
-	var need [arith.MaxLimits]int64 // what each limit asks for, in 1/P units
+	var need [arith.MaxLimits]int64 // what each limit asks for, in 1/P units, then each quota
 	allowed := true
-	for i, k := range want[:len(limits)] {
-		need[i] = k.P
+	for i := range len(limits) + len(r.Quotas) {
+		c := int64(1)
 		switch {
 		case r.Peek:
 		case r.Costs != nil:
-			need[i] *= r.Costs[i]
+			c = r.Costs[i]
 		default:
-			need[i] *= r.Cost
+			c = r.Cost
 		}
-		allowed = allowed && b.levels[i] >= need[i]
+		if i < len(limits) {
+			need[i] = c * want[i].P
+			allowed = allowed && b.levels[i] >= need[i]
+		} else {
+			need[i] = c
+			allowed = allowed && b.quotaHolds(i-len(limits), c)
+		}
 	}
 	if allowed && take {
 		for i := range limits {
 			b.levels[i] -= need[i]
 		}
+		for j := range r.Quotas {
+			b.used[j] += need[len(limits)+j]
+		}
 	}
-	b.decide(&d, limits, allowed, &need)
+	b.decide(&d, limits, r.Quotas, allowed, &need)
 	write = take && allowed
 	if write {
-		b.store(st, limits)
+		b.store(st, limits, r.Quotas)
 	}
 	return d, TTL(b.reset), write
 }
@@ -145,20 +179,26 @@ func (st *State) step(r ratelimit.Request, now int64, take bool) (d ratelimit.De
 //   - A limit of r that the reservation did not take from (the policy
 //     changed in between) is left as it is, and so is a held limit r no
 //     longer has.
+//   - A quota's difference goes to its window's used count, which a refund
+//     never takes below zero and an overrun may take past the allowance
+//     (denying the rest of the window), up to MaxExact; but only while the
+//     window the reservation took from lasts: a settle after it ended
+//     leaves the new window alone.
 //
 // The Decision is the standing afterwards, as a peek reports it: Allowed
-// while every limit holds a token. write reports whether st changed.
-// r's limits must be valid, len(actual) == len(r.Limits), and each actual
-// between 0 and MaxExact.
+// while every limit holds a token and every quota has one left. write
+// reports whether st changed. r's limits and quotas must be valid,
+// len(actual) == len(r.Limits)+len(r.Quotas), and each actual between 0
+// and MaxExact.
 func (st *State) Settle(r ratelimit.Request, held []Hold, actual []int64, now int64) (d ratelimit.Decision, ttl time.Duration, write bool) {
 	var b bucket
-	b.load(st, r.Limits, now)
+	b.load(st, r.Limits, r.Quotas, now)
 	d.Converted = b.converted
 	limits := r.Limits
 	var used [arith.MaxLimits]bool
 	for i, k := range b.want[:len(limits)] {
 		for j, h := range held {
-			if used[j] || rateOf(h.Limit) != k {
+			if used[j] || h.End != 0 || rateOf(h.Limit) != k {
 				continue
 			}
 			used[j] = true
@@ -168,15 +208,32 @@ func (st *State) Settle(r ratelimit.Request, held []Hold, actual []int64, now in
 			break
 		}
 	}
+	for q := range r.Quotas {
+		for j, h := range held {
+			if used[j] || h.End == 0 || h.Start != b.windows[q][0] || h.End != b.windows[q][1] {
+				continue
+			}
+			used[j] = true
+			if u := min(max(0, b.used[q]+actual[len(limits)+q]-h.Tokens), MaxExact); u != b.used[q] {
+				b.used[q], write = u, true
+			}
+			break
+		}
+	}
 	var need [arith.MaxLimits]int64
 	allowed := true
-	for i, k := range b.want[:len(limits)] {
-		need[i] = k.P
-		allowed = allowed && b.levels[i] >= need[i]
+	for i := range len(limits) + len(r.Quotas) {
+		if i < len(limits) {
+			need[i] = b.want[i].P
+			allowed = allowed && b.levels[i] >= need[i]
+		} else {
+			need[i] = 1
+			allowed = allowed && b.quotaHolds(i-len(limits), 1)
+		}
 	}
-	b.decide(&d, limits, allowed, &need)
+	b.decide(&d, limits, r.Quotas, allowed, &need)
 	if write {
-		b.store(st, limits)
+		b.store(st, limits, r.Quotas)
 	}
 	return d, TTL(b.reset), write
 }
@@ -205,20 +262,30 @@ func settled(k arith.Rate, level, delta int64) int64 {
 	return level
 }
 
-// Hold is what a reservation took from one limit: Tokens from the band of
-// Limit, in lowest terms. A store keeps a reservation's holds until it is
-// settled.
+// Hold is what a reservation took from one limit or quota: Tokens from the
+// band of Limit, in lowest terms; or, for a quota (End not zero), Tokens of
+// the window from Start to End. A store keeps a reservation's holds until it
+// is settled.
 type Hold struct {
-	Limit  ratelimit.Limit
-	Tokens int64
+	Limit      ratelimit.Limit
+	Start, End int64
+	Tokens     int64
 }
 
-// Held returns the holds of a reservation that r took (Step allowed it): for
-// each limit, in lowest terms, its cost.
-func Held(r ratelimit.Request) []Hold {
-	h := make([]Hold, len(r.Limits))
-	for i, l := range r.Limits {
-		h[i] = Hold{Limit: Lowest(l), Tokens: r.Cost}
+// Held returns the holds of a reservation that r took (Step allowed it) at
+// the time at, µs since the Unix epoch: for each limit, in lowest terms, its
+// cost; for each quota, its cost in its window at at. The time a Step that
+// took tokens decided at is the state's Last after it.
+func Held(r ratelimit.Request, at int64) []Hold {
+	h := make([]Hold, len(r.Limits)+len(r.Quotas))
+	for i := range h {
+		if i < len(r.Limits) {
+			h[i].Limit = Lowest(r.Limits[i])
+		} else {
+			q := r.Quotas[i-len(r.Limits)]
+			h[i].Start, h[i].End = calendar.Window(uint8(q.Period), q.Start, at)
+		}
+		h[i].Tokens = r.Cost
 		if r.Costs != nil {
 			h[i].Tokens = r.Costs[i]
 		}
@@ -234,12 +301,21 @@ type bucket struct {
 	t0, back  int64                       // the time decided at, and the clock's catch-up
 	converted bool                        // another policy wrote the bucket
 	reset     int64                       // decide's ResetAfter, in µs
+	quotas    []ratelimit.Quota           // the policy's quotas
+	windows   [arith.MaxLimits][2]int64   // each quota's window at t0: start, end
+	used      [arith.MaxLimits]int64      // what each quota's window used
 }
 
 // load brings st up to date at now for limits, by Step's rules: the clock
 // behind Last, the refill of each band at its own rate, a full bucket like a
 // missing one, and each limit taking its own band or carrying over another.
-func (b *bucket) load(st *State, limits []ratelimit.Limit, now int64) {
+func (b *bucket) load(st *State, limits []ratelimit.Limit, quotas []ratelimit.Quota, now int64) {
+	b.loadBands(st, limits, now)
+	b.loadQuotas(st, quotas)
+}
+
+// loadBands is load's part for the limits: it sets t0 and back.
+func (b *bucket) loadBands(st *State, limits []ratelimit.Limit, now int64) {
 	want := &b.want
 	for i, l := range limits {
 		want[i] = rateOf(l)
@@ -252,7 +328,7 @@ func (b *bucket) load(st *State, limits []ratelimit.Limit, now int64) {
 		if st.Last > now {
 			b.t0, b.back = st.Last, st.Last-now
 		}
-		full := true
+		full := !quotaLive(st.Quotas, b.t0)
 		for k, band := range st.Bands {
 			have[k] = rateOf(band.Limit)
 			stored[k] = have[k].Refill(band.Level, b.t0-st.Last)
@@ -319,28 +395,59 @@ func (b *bucket) load(st *State, limits []ratelimit.Limit, now int64) {
 	}
 }
 
-// decide fills in d from the levels: Allowed, Remaining (never below zero),
-// RetryAfter until every limit holds need (in 1/P units), ResetAfter, and the
-// binding limit; it sets b.reset.
-func (b *bucket) decide(d *ratelimit.Decision, limits []ratelimit.Limit, allowed bool, need *[arith.MaxLimits]int64) {
+// decide fills in d from the levels and the quotas' counts: Allowed,
+// Remaining (never below zero), RetryAfter until every limit holds need (in
+// 1/P units) and every quota has its need left, ResetAfter, the binding limit
+// or quota, and, for a policy of more than one, the Standings; it sets
+// b.reset.
+func (b *bucket) decide(d *ratelimit.Decision, limits []ratelimit.Limit, quotas []ratelimit.Quota, allowed bool, need *[arith.MaxLimits]int64) {
 	var bound int
 	var retry, reset int64
+	n := len(limits) + len(quotas)
+	if n > 1 {
+		d.Standings = make([]ratelimit.Standing, n)
+	}
 	d.Remaining = -1
-	for i, k := range b.want[:len(limits)] {
-		tok := max(0, arith.FloorDiv(b.levels[i], k.P))
+	for i := range n {
+		var tok, wait, full int64 // tokens left, the wait until need is, until full
+		short := false
+		if i < len(limits) {
+			k := b.want[i]
+			tok = max(0, arith.FloorDiv(b.levels[i], k.P))
+			if short = b.levels[i] < need[i]; short {
+				wait = arith.CeilDiv(need[i]-b.levels[i], k.R)
+			}
+			full = arith.CeilDiv(k.C*k.P-b.levels[i], k.R)
+		} else {
+			j := i - len(limits)
+			tok = max(0, quotas[j].Allowance-b.used[j])
+			if short = !b.quotaHolds(j, need[i]); short {
+				wait = b.windows[j][1] - b.t0
+			}
+			if b.used[j] > 0 {
+				full = b.windows[j][1] - b.t0
+			}
+			if d.Standings != nil {
+				d.Standings[i].ResetAfter = microsDuration(b.windows[j][1] - b.t0 + b.back)
+			}
+		}
+		if d.Standings != nil {
+			d.Standings[i].Remaining = tok
+			if i < len(limits) && full > 0 {
+				d.Standings[i].ResetAfter = microsDuration(full + b.back)
+			}
+		}
 		if allowed {
 			if d.Remaining < 0 || tok < d.Remaining {
 				d.Remaining, bound = tok, i
 			}
 		} else {
 			d.Remaining = minTokens(d.Remaining, tok)
-			if b.levels[i] < need[i] {
-				if w := arith.CeilDiv(need[i]-b.levels[i], k.R); w > retry {
-					retry, bound = w, i
-				}
+			if short && wait > retry {
+				retry, bound = wait, i
 			}
 		}
-		reset = max(reset, arith.CeilDiv(k.C*k.P-b.levels[i], k.R))
+		reset = max(reset, full)
 	}
 	if !allowed {
 		retry += b.back
@@ -352,11 +459,15 @@ func (b *bucket) decide(d *ratelimit.Decision, limits []ratelimit.Limit, allowed
 	d.Allowed = allowed
 	d.RetryAfter = microsDuration(retry)
 	d.ResetAfter = microsDuration(reset)
-	d.Limit = limits[bound]
+	d.Binding = bound
+	if bound < len(limits) {
+		d.Limit = limits[bound]
+	}
 }
 
-// store writes the levels into st, as the bands of limits, refilled up to t0.
-func (b *bucket) store(st *State, limits []ratelimit.Limit) {
+// store writes the levels into st, as the bands of limits, refilled up to
+// t0, and the quotas' counts, as the quota bands of their windows.
+func (b *bucket) store(st *State, limits []ratelimit.Limit, quotas []ratelimit.Quota) {
 	if cap(st.Bands) < len(limits) {
 		st.Bands = make([]Band, len(limits))
 	}
@@ -365,6 +476,17 @@ func (b *bucket) store(st *State, limits []ratelimit.Limit) {
 		st.Bands[i] = Band{Limit: l, Level: b.levels[i]}
 	}
 	st.Last = b.t0
+	if len(quotas) == 0 {
+		st.Quotas = st.Quotas[:0]
+		return
+	}
+	if cap(st.Quotas) < len(quotas) {
+		st.Quotas = make([]QuotaBand, len(quotas))
+	}
+	st.Quotas = st.Quotas[:len(quotas)]
+	for j := range quotas {
+		st.Quotas[j] = QuotaBand{Start: b.windows[j][0], End: b.windows[j][1], Used: b.used[j]}
+	}
 }
 
 // carry converts the part of a token that a band of period p (in lowest

@@ -70,15 +70,18 @@ func ValidateReserve(id string, r ratelimit.Request, ttl time.Duration) error {
 }
 
 // ValidateSettle reports whether a store can settle reservation id on r's
-// limits with actual, the tokens used: r's limits and time are valid, id is
-// not empty, and actual has one count per limit, each between 0 and
-// MaxExact. The error wraps ratelimit.ErrInvalidArgument.
+// limits and quotas with actual, the tokens used: r's policy and time are
+// valid, id is not empty, and actual has one count per limit and quota,
+// each between 0 and MaxExact. The error wraps ratelimit.ErrInvalidArgument.
 func ValidateSettle(id string, r ratelimit.Request, actual []int64) error {
 	if id == "" {
 		return invalid("reservation id must not be empty")
 	}
-	if len(actual) != len(r.Limits) {
-		return invalid("settle must give the tokens used of each limit (got %d for %d limits)", len(actual), len(r.Limits))
+	if len(actual) != len(r.Limits)+len(r.Quotas) {
+		if len(r.Quotas) == 0 {
+			return invalid("settle must give the tokens used of each limit (got %d for %d limits)", len(actual), len(r.Limits))
+		}
+		return invalid("settle must give the tokens used of each limit and quota (got %d for %d limits and %d quotas)", len(actual), len(r.Limits), len(r.Quotas))
 	}
 	for i, a := range actual {
 		if a < 0 || a > MaxExact {
@@ -99,7 +102,8 @@ func ValidateRefund(r ratelimit.Request) error {
 }
 
 // Refund gives r's cost (or costs) back to the bucket at now, capped at each
-// limit's capacity: Settle of a reservation of that cost that used nothing.
+// limit's capacity, and to each quota's current window: Settle of a
+// reservation of that cost, taken in the current windows, that used nothing.
 func (st *State) Refund(r ratelimit.Request, now int64) (d ratelimit.Decision, ttl time.Duration, write bool) {
-	return st.Settle(r, Held(r), make([]int64, len(r.Limits)), now)
+	return st.Settle(r, Held(r, max(now, st.Last)), make([]int64, len(r.Limits)+len(r.Quotas)), now)
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/calendar"
 	"github.com/exactlimit/ratelimit/tokenbucket"
 )
 
@@ -49,8 +50,13 @@ var Library = "#!lua name=" + Function + "\nlocal NAME = '" + Function + "'\n" +
 var ErrUnexpectedReply = errors.New("redisstore: unexpected script reply")
 
 // ReplyLen is the number of integers of one key's entry in the script's
-// reply (which begins with it).
-const ReplyLen = 5
+// reply (which begins with it) for a call whose every policy is one limit;
+// a call with a policy of several limits or quotas adds two per limit and
+// quota of the largest (their standings), up to MaxReplyLen.
+const (
+	ReplyLen    = 5
+	MaxReplyLen = ReplyLen + 2*tokenbucket.MaxLimits
+)
 
 // Args returns the script's ARGV for one check of r, which must be valid:
 // the call's part (see CallArgs), then r's (see AppendRequest).
@@ -141,7 +147,7 @@ func (e *Encoder) AppendRequest(args []any, r ratelimit.Request) []any {
 	case r.Costs != nil:
 		cost = costList(r.Costs)
 	}
-	return append(args, cost, e.policy(r.Limits))
+	return append(args, cost, e.policyOf(r))
 }
 
 // ReserveArgs returns the ARGV of a reserve of r (KEYS: the bucket, then the
@@ -154,7 +160,7 @@ func (e *Encoder) ReserveArgs(r ratelimit.Request, ttl time.Duration) []any {
 // SettleArgs returns the ARGV of a settle on r's limits and time of the
 // tokens actually used, one per limit (KEYS: the bucket, then the record).
 func (e *Encoder) SettleArgs(r ratelimit.Request, actual []int64) []any {
-	return append(CallArgs(r, Settle, 1), costList(actual), e.policy(r.Limits))
+	return append(CallArgs(r, Settle, 1), costList(actual), e.policyOf(r))
 }
 
 // SettleRecordArgs returns the ARGV of a settle as SettleArgs does, of a
@@ -184,6 +190,48 @@ func costList(costs []int64) string {
 type Encoder struct {
 	mu sync.Mutex
 	m  atomic.Pointer[map[ratelimit.Limit]any] // each value a string, boxed once
+
+	// Clock, when not nil, is the time the windows of a request's quotas
+	// are found around when the request carries none (the server's clock
+	// decides): see policyOf. The default is time.Now.
+	Clock func() time.Time
+}
+
+// policyOf returns the script's policy argument for r: its limits' (see
+// policy), then, for a policy with quotas, their number (1 byte) and per
+// quota its allowance and four times in µs: the previous window's start,
+// the window's start and end, and the next window's end, around r.Now, or
+// around e.Clock when r.Now is zero. The script picks, of the three
+// windows, the one that holds the time it decides at, so the server's
+// clock may differ from e.Clock by up to a window.
+func (e *Encoder) policyOf(r ratelimit.Request) any {
+	if len(r.Quotas) == 0 {
+		return e.policy(r.Limits)
+	}
+	t := r.Now
+	if t.IsZero() {
+		if e.Clock != nil {
+			t = e.Clock()
+		} else {
+			t = time.Now()
+		}
+	}
+	us := t.UnixMicro()
+	b := make([]byte, 0, 2+21*len(r.Limits)+35*len(r.Quotas))
+	b = append(b, byte(len(r.Limits)))
+	for _, l := range r.Limits {
+		b = appendLimit(b, tokenbucket.Lowest(l))
+	}
+	b = append(b, byte(len(r.Quotas)))
+	for _, q := range r.Quotas {
+		ps, s, end, ne := calendar.Around(uint8(q.Period), q.Start, us)
+		b = appendUint56(b, q.Allowance)
+		b = appendUint56(b, ps)
+		b = appendUint56(b, s)
+		b = appendUint56(b, end)
+		b = appendUint56(b, ne)
+	}
+	return string(b)
 }
 
 // maxCachedPolicies bounds an Encoder's cache; policies beyond it are
@@ -245,7 +293,7 @@ func lenOf(m *map[ratelimit.Limit]any) int {
 // ParseReply turns the script's reply to a call of one check of r into a
 // Decision.
 func ParseReply(r ratelimit.Request, reply any) (ratelimit.Decision, error) {
-	v, err := Flat(reply, 1)
+	v, _, err := Flat(reply, 1)
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
@@ -253,49 +301,55 @@ func ParseReply(r ratelimit.Request, reply any) (ratelimit.Decision, error) {
 }
 
 // Flat returns the entries of a reply to a call of k checks, one after the
-// other, ReplyLen values each, for ParseEntry: the reply's own values, with
-// nothing allocated. A reply of another shape is an error wrapping
-// ErrUnexpectedReply.
-func Flat(reply any, k int) ([]any, error) {
+// other, w values each (the reply's first value: ReplyLen, or more with the
+// standings of policies of several limits and quotas), for ParseEntry: the
+// reply's own values, with nothing allocated. A reply of another shape is
+// an error wrapping ErrUnexpectedReply.
+func Flat(reply any, k int) (entries []any, w int, err error) {
 	v, ok := reply.([]any)
-	if !ok || len(v) != 1+ReplyLen*k || v[0] != any(int64(ReplyLen)) {
-		return nil, Unexpected(reply)
+	if !ok || len(v) < 1 {
+		return nil, 0, Unexpected(reply)
 	}
-	return v[1:], nil
+	n, ok := v[0].(int64)
+	if !ok || n < ReplyLen || n > MaxReplyLen || (n-ReplyLen)%2 != 0 || len(v) != 1+int(n)*k {
+		return nil, 0, Unexpected(reply)
+	}
+	return v[1:], int(n), nil
 }
 
 // Entries splits a reply to a call of k checks into its k entries, one per
 // key, for ParseAt; a reply of another shape is an error wrapping
 // ErrUnexpectedReply.
 func Entries(reply any, k int) ([]any, error) {
-	v, err := Flat(reply, k)
+	v, w, err := Flat(reply, k)
 	if err != nil {
 		return nil, err
 	}
 	entries := make([]any, k)
 	for i := range entries {
-		entries[i] = v[i*ReplyLen : (i+1)*ReplyLen]
+		entries[i] = v[i*w : (i+1)*w]
 	}
 	return entries, nil
 }
 
 // ParseAt reads one key's entry of a reply (see Entries) as the decision of
 // a check of r: the key's error (as the script words it, for the caller to
-// wrap), or the decision its ReplyLen integers give.
+// wrap), or the decision its integers give.
 func ParseAt(r ratelimit.Request, entry, reply any) (ratelimit.Decision, error) {
 	v, ok := entry.([]any)
-	if !ok || len(v) != ReplyLen {
+	if !ok {
 		return ratelimit.Decision{}, Unexpected(reply)
 	}
 	return ParseEntry(r, v, reply)
 }
 
-// ParseEntry is ParseAt of the entry whose values begin v (see Flat).
+// ParseEntry is ParseAt of the entry whose values begin v (see Flat): its
+// first ReplyLen values, and for a policy of several limits and quotas the
+// standing of each after them.
 func ParseEntry(r ratelimit.Request, v []any, reply any) (ratelimit.Decision, error) {
 	if len(v) < ReplyLen {
 		return ratelimit.Decision{}, Unexpected(reply)
 	}
-	v = v[:ReplyLen]
 	if err, ok := v[0].(error); ok {
 		return ratelimit.Decision{}, err
 	}
@@ -308,8 +362,9 @@ func ParseEntry(r ratelimit.Request, v []any, reply any) (ratelimit.Decision, er
 		n[i] = x
 	}
 	flags, reset, retry, back := n[0], n[2], n[3], n[4]
+	parts := len(r.Limits) + len(r.Quotas)
 	bound := flags >> 4
-	if bound >= int64(len(r.Limits)) {
+	if bound >= int64(parts) {
 		return ratelimit.Decision{}, Unexpected(reply)
 	}
 	if retry > 0 {
@@ -318,20 +373,41 @@ func ParseEntry(r ratelimit.Request, v []any, reply any) (ratelimit.Decision, er
 	if reset > 0 {
 		reset += back
 	}
-	return ratelimit.Decision{
+	d := ratelimit.Decision{
 		Allowed:    flags&1 != 0,
 		Remaining:  n[1],
 		RetryAfter: micros(retry),
 		ResetAfter: micros(reset),
-		Limit:      r.Limits[bound],
+		Binding:    int(bound),
 		Converted:  flags&2 != 0,
-	}, nil
+	}
+	if int(bound) < len(r.Limits) {
+		d.Limit = r.Limits[bound]
+	}
+	if parts > 1 {
+		if len(v) < ReplyLen+2*parts {
+			return ratelimit.Decision{}, Unexpected(reply)
+		}
+		d.Standings = make([]ratelimit.Standing, parts)
+		for i := range d.Standings {
+			rem, ok1 := v[ReplyLen+2*i].(int64)
+			rst, ok2 := v[ReplyLen+2*i+1].(int64)
+			if !ok1 || !ok2 || rem < 0 || rst < 0 {
+				return ratelimit.Decision{}, Unexpected(reply)
+			}
+			if rst > 0 {
+				rst += back
+			}
+			d.Standings[i] = ratelimit.Standing{Remaining: rem, ResetAfter: micros(rst)}
+		}
+	}
+	return d, nil
 }
 
 // ParseSettle reads the reply to a settle on r's limits: the standing
 // afterwards, and whether the script found the reservation's record.
 func ParseSettle(r ratelimit.Request, reply any) (d ratelimit.Decision, found bool, err error) {
-	v, err := Flat(reply, 1)
+	v, _, err := Flat(reply, 1)
 	if err != nil {
 		return d, false, err
 	}

@@ -26,41 +26,54 @@
 --   "refund"  the costs of KEYS[1] (one key) are given back, capped at capacity: Settle of a
 --             reservation of those costs that used nothing (Envoy's negative hits).
 -- then two per bucket, in the order of KEYS:
---   cost      the tokens to take from every limit, or a list "c1,c2,..." of one per limit; or,
---             negative (every one of a list), the tokens to ask for without taking any (a peek
---             asks for one: -1).
---             For "settle", the tokens used (0 and up), one for all or one per limit.
+--   cost      the tokens to take from every limit and quota, or a list "c1,c2,..." of one per
+--             limit and then one per quota; or, negative (every one of a list), the tokens to ask
+--             for without taking any (a peek asks for one: -1).
+--             For "settle", the tokens used (0 and up), one for all or one per limit and quota.
 --   policy    a binary string (struct.pack): the number of limits n (1 byte, 1 to 8), then per
 --             limit its capacity c, refill tokens r and refill period p in µs, the rate in lowest
---             terms, as 7-byte big-endian integers. The values are read as doubles: 2^53 + 1
---             reads as 2^53.
+--             terms, as 7-byte big-endian integers; then, for a policy with quotas, their number
+--             q (1 byte, n + q at most 8) and per quota its allowance a and four times in µs
+--             (two's complement): the previous window's start ps, the window's start s and end
+--             e, and the next window's end ne, around the caller's clock. A check decides each
+--             quota in the window of the three that holds the time it is decided at (Go's
+--             calendar finds them: the script cannot read the tz database). The values are read
+--             as doubles: 2^53 + 1 reads as 2^53.
 -- and for "reserve" ARGV[5], the record's lifetime in ms; for "settle" with one key, ARGV[5] the
 -- prefix of the bucket's key.
 --
 -- Stored value, a binary string of 8 + 28 bytes per limit (36 for one limit):
 --   version (1 byte), last (7 bytes), then per limit: level, c, r, p (7 bytes each)
--- all big-endian. last is the time up to which the bucket is refilled (µs); a level counts in
+-- all big-endian; or, for a policy with quotas, version 3: version, last, the number of limits
+-- and of quotas (1 byte each), per limit level, c, r, p, then per quota its window's start and
+-- end (two's complement) and the tokens it used in that window (7 bytes each). last is the time up to which the bucket is refilled (µs); a level counts in
 -- 1/p of a token (level/p whole tokens plus a remainder), two's complement: below zero only in
 -- debt, down to -debt(c)·p (see Debt in arith.go). Version 1 has no band in debt, and is the
 -- format of releases without debt; version 2 has one, so that those releases refuse it as
 -- malformed rather than misread it. Only a check that takes tokens, or a settle that changes a
 -- level, writes; the key expires (PX) once the bucket would be full, rounded up to the
--- millisecond, at least 1 ms. A value of another version is refused as malformed.
+-- millisecond, at least 1 ms, and while a quota has used anything, until its window's end. A
+-- value of another version is refused as malformed.
 --
 -- Record, a binary string: version (1 byte, 2), the number of limits n (1 byte, 1 to 8), then per
 -- limit of the policy that reserved: tokens, c, r, p (7 bytes each), what it took from the band of
--- that limit; then the bucket's key (the rest, at least a byte). (Version 1, of releases whose
+-- that limit; then the bucket's key (the rest, at least a byte). A policy with quotas writes
+-- version 3: version, n, the number of quotas q (1 byte each), the limits as version 2 has them,
+-- then per quota tokens, and its window's start and end, then the bucket's key. (Version 1, of releases whose
 -- record key named the bucket, held no key; its records are never read.)
 --
--- Reply: an array of 1 + 5K integers: the number of integers per key, 5, then per key, in the
+-- Reply: an array of 1 + WK integers: the number of integers per key, W, then per key, in the
 -- order of KEYS (for "reserve" and "settle", one key: the bucket): flags (1: its own bucket
 -- holds the cost, or for a settle a token; 2: another policy wrote the bucket; 8: a settle found
--- no record; plus 16 times the index of the binding limit, from 0), remaining tokens, reset after
--- (µs), retry after (µs), and the clock's catch-up (µs: the bucket's last minus now, when the
--- clock is behind it); or, for a key that has an error, the error in place of its flags (and 0
--- for the rest). The caller adds the catch-up to each wait that is not 0 (the sum can pass
--- 2^53). A later format can give each key more integers behind the count. In a group a key with
--- an error is not allowed, so nothing is taken.
+-- no record; plus 16 times the index of the binding limit or quota, from 0, limits first),
+-- remaining tokens, reset after (µs), retry after (µs), and the clock's catch-up (µs: the
+-- bucket's last minus now, when the clock is behind it); or, for a key that has an error, the
+-- error in place of its flags (and 0 for the rest). W is 5 when every key's policy is one
+-- limit; otherwise 5 + 2P, P the most limits and quotas of a key's policy, and each key of a
+-- policy of more than one has, after its 5, per limit and then per quota its remaining tokens
+-- and its reset after (µs; for a quota, until its window's end), and zeros after those. The
+-- caller adds the catch-up to each wait that is not 0 (the sum can pass 2^53). In a group a key
+-- with an error is not allowed, so nothing is taken.
 -- Errors: "ratelimit: invalid argument: malformed argument" (for a key, or for the whole call
 -- when ARGV[1], ARGV[2] or the number of arguments is), where the caller has already checked the
 -- request (Go's Request.Validate gives the reason); "ratelimit: malformed bucket state: <what>"
@@ -116,12 +129,13 @@ end
 -- it settles instead, as Settle does: costs[i] or cost is what limit i used. It returns the
 -- key's 5 integers of the reply (see the header), or nil and its error.
 local function step(key, limits, cost, costs, now, take, held)
-  local n = #limits
-  for i = 1, n do
-    local l, c = limits[i], cost
+  local n, quotas, nq = #limits, limits.quotas, 0
+  if quotas then nq = #quotas end
+  for i = 1, n + nq do
+    local c = cost
     if costs then c = costs[i] end
     if c < 0 then c = -c end
-    if not held and c > l.c then return nil, MALFORMED end
+    if not held and (i <= n and c > limits[i].c or i > n and c > quotas[i - n].a) then return nil, MALFORMED end
   end
   take = take and cost > 0 and not held
 
@@ -130,22 +144,42 @@ local function step(key, limits, cost, costs, now, take, held)
   local ok, raw = pcall(redis.call, 'GET', key)
   if not ok then return nil, CORRUPT .. 'not a string' end
   local t0, back, converted, exists = now, 0, false, false
-  local bands, m = nil, 0
+  local bands, m, stored = nil, 0, nil
   if raw then
     local len = #raw
     if len < 36 then return nil, CORRUPT .. 'too short' end
-    m = (len - 8) / 28
-    if m % 1 ~= 0 or m > 8 then return nil, CORRUPT .. 'wrong number of fields' end
     local v, last = struct.unpack('>BI7', raw)
-    if v ~= 1 and v ~= 2 then return nil, CORRUPT .. 'unknown version' end
+    local first, sq = 9, 0 -- where the bands start, and the number of quota bands
+    if v == 3 then
+      m, sq = struct.unpack('>BB', raw, 9)
+      if m < 1 or sq < 1 or m + sq > 8 or len ~= 10 + 28 * m + 21 * sq then
+        return nil, CORRUPT .. 'wrong number of fields'
+      end
+      first = 11
+    else
+      m = (len - 8) / 28
+      if m % 1 ~= 0 or m > 8 then return nil, CORRUPT .. 'wrong number of fields' end
+      if v ~= 1 and v ~= 2 then return nil, CORRUPT .. 'unknown version' end
+    end
     if last > MAXTIME then return nil, CORRUPT .. 'time out of range' end
     if last > now then
       t0, back = last, last - now
     end
+    if sq > 0 then
+      -- The quota bands: each window's start and end, and what it used. One that used something
+      -- in a window that holds t0 keeps the bucket from being the same as a missing one.
+      stored = {}
+      for k = 1, sq do
+        local s, e, u = struct.unpack('>i7i7I7', raw, first + 28 * m + 21 * (k - 1))
+        if s >= e or s < -MAX or e > MAX or u > MAX then return nil, CORRUPT .. 'field out of range' end
+        stored[k] = {s = s, e = e, u = u}
+        if u > 0 and s <= t0 and t0 < e then exists = true end
+      end
+    end
     bands = {}
     local debt = false
     for k = 1, m do
-      local level, c, r, p = struct.unpack('>i7I7I7I7', raw, 9 + 28 * (k - 1))
+      local level, c, r, p = struct.unpack('>i7I7I7I7', raw, first + 28 * (k - 1))
       if c < 1 or r < 1 or p < 1 or c > MAX or r > MAX or p > MAX or c > MAX / p or level > c * p then
         return nil, CORRUPT .. 'field out of range'
       end
@@ -160,7 +194,7 @@ local function step(key, limits, cost, costs, now, take, held)
       if b.level ~= c * p then exists = true end
       bands[k] = b
     end
-    if debt ~= (v == 2) then return nil, CORRUPT .. 'field out of range' end
+    if v ~= 3 and debt ~= (v == 2) then return nil, CORRUPT .. 'field out of range' end
     if not exists then
       -- Full by now: the same as a missing bucket, decided at now.
       t0, back = now, 0
@@ -236,6 +270,36 @@ local function step(key, limits, cost, costs, now, take, held)
     end
   end
 
+  -- Each quota's window, of the three the caller gave, that holds t0, and what the quota band of
+  -- that window used (the first not taken, in order), or nothing (loadQuotas in quota.go).
+  local ws, we, used
+  if nq > 0 then
+    ws, we, used = {}, {}, {}
+    for j = 1, nq do
+      local q = quotas[j]
+      local s, e
+      if q.s <= t0 and t0 < q.e then
+        s, e = q.s, q.e
+      elseif q.ps <= t0 and t0 < q.s then
+        s, e = q.ps, q.s
+      elseif q.e <= t0 and t0 < q.ne then
+        s, e = q.e, q.ne
+      else
+        return nil, 'ratelimit: the server\'s clock is more than a quota window away from the caller\'s'
+      end
+      ws[j], we[j], used[j] = s, e, 0
+      if stored then
+        for k = 1, #stored do
+          local b = stored[k]
+          if not b.taken and b.s == s and b.e == e then
+            used[j], b.taken = b.u, true
+            break
+          end
+        end
+      end
+    end
+  end
+
   local write = false
   if held then
     -- Settle: each limit that the record took from gets its difference, an overrun down to its
@@ -244,7 +308,7 @@ local function step(key, limits, cost, costs, now, take, held)
       local l = limits[i]
       for j = 1, #held do
         local h = held[j]
-        if not h.used and h.c == l.c and h.r == l.r and h.p == l.p then
+        if not h.used and not h.q and h.c == l.c and h.r == l.r and h.p == l.p then
           h.used = true
           local c = cost
           if costs then c = costs[i] end
@@ -268,6 +332,23 @@ local function step(key, limits, cost, costs, now, take, held)
         end
       end
     end
+    -- Each quota that the record took from in this window gets its difference, never below
+    -- zero and up to 2^53 (Settle in step.go).
+    for j = 1, nq do
+      for k = 1, #held do
+        local h = held[k]
+        if not h.used and h.q and (h.cur or h.s == ws[j] and h.e == we[j]) then
+          h.used = true
+          local c = cost
+          if costs then c = costs[n + j] end
+          local u = used[j] + c - h.tokens
+          if u < 0 then u = 0 end
+          if u > MAX then u = MAX end
+          if u ~= used[j] then used[j], write = u, true end
+          break
+        end
+      end
+    end
     cost, costs = -1, nil -- the standing after it, as a peek reports it
   end
 
@@ -281,11 +362,23 @@ local function step(key, limits, cost, costs, now, take, held)
       break
     end
   end
+  for j = 1, nq do
+    local need = cost
+    if costs then need = costs[n + j] end
+    if need < 0 then need = -need end
+    if need > quotas[j].a - used[j] then
+      allowed = false
+      break
+    end
+  end
   take = take and allowed
   write = write or take
   local remaining, bound, retry, reset = -1, 1, 0, 0
   local value
   local version = 1
+  -- The standing of each limit and quota, for a policy of more than one: remaining and reset.
+  local standing
+  if n + nq > 1 then standing = {ws = ws, we = we} end
   for i = 1, n do
     local l = limits[i]
     local need = cost
@@ -309,12 +402,40 @@ local function step(key, limits, cost, costs, now, take, held)
     end
     local w = ceilDiv(l.c * l.p - levels[i], l.r)
     if w > reset then reset = w end
+    if standing then standing[2 * i - 1], standing[2 * i] = tok, w end
+  end
+  for j = 1, nq do
+    local q, need = quotas[j], cost
+    if costs then need = costs[n + j] end
+    if need < 0 then need = -need end
+    if take then used[j] = used[j] + need end
+    local tok = q.a - used[j]
+    if tok < 0 then tok = 0 end
+    if remaining < 0 or tok < remaining then
+      remaining = tok
+      if allowed then bound = n + j end
+    end
+    local w = we[j] - t0
+    if not allowed and need > q.a - used[j] and w > retry then
+      retry, bound = w, n + j
+    end
+    if used[j] > 0 and w > reset then reset = w end
+    standing[2 * (n + j) - 1], standing[2 * (n + j)] = tok, w
   end
   if write then
     -- (One limit, the usual policy, in one pack: 2,600 instructions fewer than the loop's two
     -- packs and a concatenation, the same bytes.)
     local l = limits[1]
-    if n == 1 then
+    if nq > 0 then
+      value = struct.pack('>BI7BB', 3, t0, n, nq)
+      for i = 1, n do
+        l = limits[i]
+        value = value .. struct.pack('>i7I7I7I7', levels[i], l.c, l.r, l.p)
+      end
+      for j = 1, nq do
+        value = value .. struct.pack('>i7i7I7', ws[j], we[j], used[j])
+      end
+    elseif n == 1 then
       value = struct.pack('>BI7i7I7I7I7', version, t0, levels[1], l.c, l.r, l.p)
     else
       value = struct.pack('>BI7', version, t0)
@@ -340,7 +461,7 @@ local function step(key, limits, cost, costs, now, take, held)
   local flags = 16 * (bound - 1)
   if allowed then flags = flags + 1 end
   if converted then flags = flags + 2 end
-  return flags, remaining, reset, retry, back
+  return flags, remaining, reset, retry, back, standing
 end
 
 -- memo: each policy string decoded, to its limits (false when malformed), kept from call to call
@@ -354,7 +475,7 @@ local memo, memos = {}, 0
 local function decode(pol)
   local len = #pol
   local n = len >= 22 and struct.unpack('>B', pol)
-  if not n or n < 1 or n > 8 or len ~= 1 + 21 * n then return false end
+  if not n or n < 1 or n > 8 or len < 1 + 21 * n then return false end
   local limits = {}
   for i = 1, n do
     local c, r, p = struct.unpack('>I7I7I7', pol, 2 + 21 * (i - 1))
@@ -363,6 +484,18 @@ local function decode(pol)
     end
     limits[i] = {c = c, r = r, p = p}
   end
+  if len ~= 1 + 21 * n then
+    -- Quotas: each its allowance and the windows around the caller's clock.
+    local nq = struct.unpack('>B', pol, 2 + 21 * n)
+    if nq < 1 or n + nq > 8 or len ~= 2 + 21 * n + 35 * nq then return false end
+    local quotas = {}
+    for j = 1, nq do
+      local a, ps, s, e, ne = struct.unpack('>I7i7i7i7i7', pol, 3 + 21 * n + 35 * (j - 1))
+      if a < 1 or a > MAX or ps < -MAX or ne > MAX or ps >= s or s >= e or e >= ne then return false end
+      quotas[j] = {a = a, ps = ps, s = s, e = e, ne = ne}
+    end
+    limits.quotas = quotas
+  end
   return limits
 end
 
@@ -370,7 +503,13 @@ end
 -- its full size for up to 16 keys (a table that grows is copied at each power of two: at 4 keys,
 -- 1,200 instructions per decision). Past its 1 + 5k integers it may hold more zeros, and main sets
 -- the first of those to nil: Redis ends a reply's array at its first nil.
-local function newReply(k)
+local function newReply(k, w)
+  if w > 5 then
+    -- Standings: 5 + 2P integers a key, made at their full size.
+    local reply = {w}
+    for i = 2, 1 + w * k do reply[i] = 0 end
+    return reply, 1 + w * k
+  end
   if k == 1 then
     return {5, 0, 0, 0, 0, 0}, 6
   elseif k <= 4 then
@@ -433,6 +572,24 @@ local function main(KEYS, ARGV)
     end
   end
 
+  -- W, the integers a key: 5, and two more per limit and quota of the largest policy of more
+  -- than one. (Each policy is decoded here, and found in the memo below.)
+  local w = 5
+  for j = 1, nkeys do
+    local pol = ARGV[2 + 2 * j]
+    local limits = memo[pol]
+    if limits == nil then
+      limits = decode(pol)
+      if memos == 64 then memo, memos = {}, 0 end
+      memo[pol], memos = limits, memos + 1
+    end
+    if limits then
+      local parts = #limits
+      if limits.quotas then parts = parts + #limits.quotas end
+      if parts > 1 and 5 + 2 * parts > w then w = 5 + 2 * parts end
+    end
+  end
+
   -- A settle's record: its limits and what each took (nil when there is none, or when it is of
   -- another bucket), checked as a bucket's fields are, and its bucket.
   local held
@@ -442,20 +599,31 @@ local function main(KEYS, ARGV)
     local raw = redis.call('GET', record)
     if raw then
       local len = #raw
-      local v, m = 0, 0
+      local v, m, nq, first = 0, 0, 0, 3
       if len >= 31 then v, m = struct.unpack('>BB', raw) end
-      if v ~= 2 or m < 1 or m > 8 or len <= 2 + 28 * m then
+      if v == 3 then
+        nq, first = struct.unpack('>B', raw, 3), 4
+        if nq < 1 or m + nq > 8 then v = 0 end
+      end
+      if v ~= 2 and v ~= 3 or m < 1 or m > 8 or len <= first - 1 + 28 * m + 21 * nq then
         return redis.error_reply('ratelimit: malformed bucket state: reservation record')
       end
       held = {}
       for k = 1, m do
-        local tokens, c, r, p = struct.unpack('>I7I7I7I7', raw, 3 + 28 * (k - 1))
+        local tokens, c, r, p = struct.unpack('>I7I7I7I7', raw, first + 28 * (k - 1))
         if c < 1 or r < 1 or p < 1 or c > MAX or r > MAX or p > MAX or c > MAX / p or tokens > c then
           return redis.error_reply('ratelimit: malformed bucket state: reservation record')
         end
         held[k] = {tokens = tokens, c = c, r = r, p = p}
       end
-      local bucket = string.sub(raw, 3 + 28 * m)
+      for k = 1, nq do
+        local tokens, s, e = struct.unpack('>I7i7i7', raw, first + 28 * m + 21 * (k - 1))
+        if tokens > MAX or s >= e or s < -MAX or e > MAX then
+          return redis.error_reply('ratelimit: malformed bucket state: reservation record')
+        end
+        held[m + k] = {q = true, tokens = tokens, s = s, e = e}
+      end
+      local bucket = string.sub(raw, first + 28 * m + 21 * nq)
       if #KEYS == 1 then
         local prefix = ARGV[5]
         if string.sub(bucket, 1, #prefix) == prefix then
@@ -468,14 +636,16 @@ local function main(KEYS, ARGV)
       end
     end
     if #KEYS == 1 and not held then
-      return {5, 8, 0, 0, 0, 0}
+      local reply = newReply(1, w)
+      reply[2] = 8
+      return reply
     end
   end
 
   -- Each group is StepAll: a first pass decides its keys without taking, and only when every one
   -- is allowed a second pass decides them again, taking their costs. "each" decides every key in
   -- one pass, on its own, and so does a group of one.
-  local reply, size = newReply(nkeys)
+  local reply, size = newReply(nkeys, w)
   local first, g = 1, 0
   while first <= nkeys do
     -- "each" is one run of every key, one pass; a group, its keys.
@@ -497,16 +667,21 @@ local function main(KEYS, ARGV)
           memo[pol], memos = limits, memos + 1
         end
         local cost, costs = tonumber(arg), nil
+        local parts = 0
+        if limits then
+          parts = #limits
+          if limits.quotas then parts = parts + #limits.quotas end
+        end
         if cost == nil and limits then
-          -- One cost per limit: each at least 1, or each at most -1 to ask for them and take
-          -- none (for a settle, each used count at least 0).
+          -- One cost per limit and quota: each at least 1, or each at most -1 to ask for them
+          -- and take none (for a settle, each used count at least 0).
           costs, cost = {}, 1
           for c in string.gmatch(arg, '[^,]+') do
             costs[#costs + 1] = tonumber(c) or 0
           end
-          if #costs ~= #limits then costs = false end
+          if #costs ~= parts then costs = false end
           if costs and costs[1] < 0 and not settle then cost = -1 end
-          for i = 1, #limits do
+          for i = 1, parts do
             local c = costs and costs[i]
             if not c or c ~= c or c % 1 ~= 0 or c > MAX or c < -MAX or c * cost < 1 and not (settle and c == 0) then
               costs = false
@@ -515,42 +690,62 @@ local function main(KEYS, ARGV)
         elseif cost ~= nil and (cost ~= cost or cost % 1 ~= 0 or cost == 0 and not settle or cost < 0 and settle or cost > MAX) then
           cost = nil
         end
-        local y = 2 + 5 * (j - 1)
-        local flags, remaining, reset, retry, back
+        local y = 2 + w * (j - 1)
+        local flags, remaining, reset, retry, back, standing
         if refund and cost and cost < 1 then cost = nil end -- (no asking)
         if refund and cost and costs ~= false and limits then
           -- A refund is the settle of a reservation of its costs that used nothing.
           held = {}
-          for i = 1, #limits do
-            local l, c = limits[i], cost
+          for i = 1, parts do
+            local c = cost
             if costs then c = costs[i] end
-            held[i] = {tokens = c, c = l.c, r = l.r, p = l.p}
+            if i <= #limits then
+              local l = limits[i]
+              held[i] = {tokens = c, c = l.c, r = l.r, p = l.p}
+            else
+              held[i] = {q = true, cur = true, tokens = c} -- (the current window's)
+            end
           end
           cost, costs = 0, nil
         end
         if cost and costs ~= false and limits then
           if settle and not held then
             -- No record: the standing, as a peek reports it, and flag 8.
-            flags, remaining, reset, retry, back = step(keys[j], limits, -1, nil, now, false, nil)
+            flags, remaining, reset, retry, back, standing = step(keys[j], limits, -1, nil, now, false, nil)
             if flags then flags = flags + 8 end
           else
-            flags, remaining, reset, retry, back = step(keys[j], limits, cost, costs, now, pass == passes, held)
+            flags, remaining, reset, retry, back, standing = step(keys[j], limits, cost, costs, now, pass == passes, held)
           end
         else
           remaining = MALFORMED
         end
         if flags and reserve and flags % 2 == 1 then
-          -- Reserved: the record of what each limit took, and of the bucket, kept for ARGV[5] ms.
-          local value = struct.pack('>BB', 2, #limits)
-          for i = 1, #limits do
-            local l, c = limits[i], cost
+          -- Reserved: the record of what each limit and quota took (a quota, in its window), and
+          -- of the bucket, kept for ARGV[5] ms.
+          local value
+          if parts > #limits then
+            value = struct.pack('>BBB', 3, #limits, parts - #limits)
+          else
+            value = struct.pack('>BB', 2, #limits)
+          end
+          for i = 1, parts do
+            local c = cost
             if costs then c = costs[i] end
-            value = value .. struct.pack('>I7I7I7I7', c, l.c, l.r, l.p)
+            if i <= #limits then
+              local l = limits[i]
+              value = value .. struct.pack('>I7I7I7I7', c, l.c, l.r, l.p)
+            else
+              local q = i - #limits
+              value = value .. struct.pack('>I7i7i7', c, standing.ws[q], standing.we[q])
+            end
           end
           redis.call('SET', KEYS[2], value .. KEYS[1], 'PX', keep)
         end
         if flags then
           reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = flags, remaining, reset, retry, back
+          if standing then
+            for i = 1, 2 * parts do reply[y + 4 + i] = standing[i] end
+          end
           all = all and flags % 2 == 1
         else
           reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = {err = remaining}, 0, 0, 0, 0
@@ -564,8 +759,8 @@ local function main(KEYS, ARGV)
   if settle and held and type(reply[2]) == 'number' then
     redis.call('DEL', record)
   end
-  if size > 1 + 5 * nkeys then
-    reply[2 + 5 * nkeys] = nil -- (the end of the array: see newReply)
+  if size > 1 + w * nkeys then
+    reply[2 + w * nkeys] = nil -- (the end of the array: see newReply)
   end
   return reply
 end
