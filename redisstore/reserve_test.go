@@ -1,10 +1,10 @@
 package redisstore_test
 
 import (
-	"reflect"
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
