@@ -609,7 +609,19 @@ func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 	// own; the test removes Redis's expiry after checking it, for the same
 	// reason: expiry runs on real time, the decisions on the test's clock.
 	ms := memstore.New(memstore.WithClock(func() time.Time { return testkit.Start }))
-	policies := [][]ratelimit.Limit{
+	paris, _ := time.LoadLocation("Europe/Paris")
+	newYork, _ := time.LoadLocation("America/New_York")
+	// Policies with quotas: small allowances whose windows the clock
+	// crosses (it jumps to just before a window's end, below), in zones with
+	// daylight saving, anchored on a month's 31st and at odd hours.
+	quotaPolicies := []diffPolicy{
+		{[]ratelimit.Limit{ratelimit.PerSecond(10)}, []ratelimit.Quota{ratelimit.CalendarQuota(25, ratelimit.Day, paris)}},
+		{[]ratelimit.Limit{ratelimit.PerSecond(7)}, []ratelimit.Quota{ratelimit.CalendarQuota(30, ratelimit.Day, newYork), ratelimit.CalendarQuota(50, ratelimit.Week, nil)}},
+		{[]ratelimit.Limit{ratelimit.PerMinute(5), ratelimit.NewLimit(100, 24*time.Hour, 100)}, []ratelimit.Quota{{Allowance: 40, Period: ratelimit.Month, Start: time.Date(2026, 1, 31, 9, 30, 0, 0, paris)}}},
+		{[]ratelimit.Limit{ratelimit.NewLimit(3, 10*time.Microsecond, 5)}, []ratelimit.Quota{{Allowance: 12, Period: ratelimit.Day, Start: time.Date(2026, 1, 1, 13, 37, 0, 0, newYork)}, {Allowance: 60, Period: ratelimit.Year, Start: time.Date(2028, 2, 29, 0, 0, 0, 0, time.UTC)}}},
+		{[]ratelimit.Limit{ratelimit.PerSecond(10)}, []ratelimit.Quota{ratelimit.CalendarQuota(20, ratelimit.Day, paris), ratelimit.CalendarQuota(20, ratelimit.Day, paris)}},
+	}
+	limitPolicies := [][]ratelimit.Limit{
 		{ratelimit.PerSecond(10)},
 		{ratelimit.PerSecond(7)},
 		{ratelimit.NewLimit(3, 10*time.Microsecond, 5)},
@@ -624,10 +636,14 @@ func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 		{ratelimit.NewLimit(3, 7*time.Microsecond, 11), ratelimit.PerDay(1_000_000)},
 		{{Capacity: 10, RefillTokens: 1, RefillPeriod: 100 * time.Millisecond}}, // PerSecond(10) in other terms
 	}
+	policies := quotaPolicies
+	for _, l := range limitPolicies {
+		policies = append(policies, diffPolicy{limits: l})
+	}
 	// The transactions below cannot react to a server that lacks the
 	// script: a first check loads it (and turns the Store to EVALSHA on a
 	// server without functions).
-	if _, err := rs.Apply(ctx, "diff-first", ratelimit.Request{Limits: policies[0], Cost: 1}); err != nil {
+	if _, err := rs.Apply(ctx, "diff-first", ratelimit.Request{Limits: limitPolicies[0], Cost: 1}); err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -636,7 +652,7 @@ func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 		var pure tokenbucket.State
 		holds := map[string][]tokenbucket.Hold{} // the open reservations, by id
 		now := testkit.Start.UnixMicro()
-		policy := policies[rng.IntN(len(policies))]
+		pol := policies[rng.IntN(len(policies))]
 		// One sequence in three is about reservations: the clock mostly
 		// stands still, so that an overrun's debt is still there when
 		// other reservations are settled or cancelled, and reserves and
@@ -646,7 +662,7 @@ func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 			switch x := rng.IntN(100); {
 			case reservations && x >= 20:
 			case x < 8:
-				policy = policies[rng.IntN(len(policies))]
+				pol = policies[rng.IntN(len(policies))]
 				if rng.IntN(3) == 0 {
 					// A policy change behind the clock, onto a bucket
 					// that may be full.
@@ -658,12 +674,22 @@ func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 				now += rng.Int64N(400_000)
 			case x < 64:
 				now += rng.Int64N(1 << 40)
+			case x < 70 && len(pol.quotas) > 0:
+				// To just before, or just after, the end of a quota's
+				// window.
+				q := pol.quotas[rng.IntN(len(pol.quotas))]
+				_, end := q.Window(time.UnixMicro(now))
+				now = end.UnixMicro() + rng.Int64N(2_000_000) - 1_500_000
 			}
+			policy := pol.limits
 			minCap := policy[0].Capacity
 			for _, l := range policy {
 				minCap = min(minCap, l.Capacity)
 			}
-			r := ratelimit.Request{Limits: policy, Cost: 1 + rng.Int64N(min(minCap, 12)), Now: time.UnixMicro(now)}
+			for _, q := range pol.quotas {
+				minCap = min(minCap, q.Allowance)
+			}
+			r := ratelimit.Request{Limits: policy, Quotas: pol.quotas, Cost: 1 + rng.Int64N(min(minCap, 12)), Now: time.UnixMicro(now)}
 			if rng.IntN(10) == 0 {
 				r.Cost = minCap
 			}
@@ -687,12 +713,12 @@ func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 			case x < 32:
 				// A reserve, with a cost per limit when there are several;
 				// one in four of each limit's costs is its whole capacity.
-				if len(policy) > 1 {
-					r.Costs = make([]int64, len(policy))
-					for i, l := range policy {
-						r.Costs[i] = 1 + rng.Int64N(min(l.Capacity, 40))
+				if caps := pol.caps(); len(caps) > 1 {
+					r.Costs = make([]int64, len(caps))
+					for i, c := range caps {
+						r.Costs[i] = 1 + rng.Int64N(min(c, 40))
 						if rng.IntN(4) == 0 {
-							r.Costs[i] = l.Capacity
+							r.Costs[i] = c
 						}
 					}
 				} else if rng.IntN(4) == 0 {
@@ -707,18 +733,19 @@ func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 				// a bucket in debt.
 				ids := slices.Sorted(maps.Keys(holds))
 				id := ids[rng.IntN(len(ids))]
-				actual := make([]int64, len(policy))
-				for i, l := range policy {
+				caps := pol.caps()
+				actual := make([]int64, len(caps))
+				for i, c := range caps {
 					switch rng.IntN(4) {
 					case 0:
 						actual[i] = 0
 					case 1:
-						actual[i] = l.Capacity + rng.Int64N(l.Capacity+1)
+						actual[i] = c + rng.Int64N(c+1)
 					default:
-						actual[i] = rng.Int64N(2*min(l.Capacity, 40) + 1)
+						actual[i] = rng.Int64N(2*min(c, 40) + 1)
 					}
 				}
-				settleDiff(t, what, ctx, client, call, ms, &pure, key, id, ratelimit.Request{Limits: policy, Now: r.Now}, actual, now, holds)
+				settleDiff(t, what, ctx, client, call, ms, &pure, key, id, ratelimit.Request{Limits: policy, Quotas: pol.quotas, Now: r.Now}, actual, now, holds)
 				continue
 			}
 			want, ttl, write := pure.Step(r, now)
@@ -747,6 +774,25 @@ func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 			}
 		}
 	}
+}
+
+// diffPolicy is one of TestDifferential's policies: limits and quotas.
+type diffPolicy struct {
+	limits []ratelimit.Limit
+	quotas []ratelimit.Quota
+}
+
+// caps returns the policy's capacities, then its allowances: the most each
+// limit and quota takes at once.
+func (p diffPolicy) caps() []int64 {
+	var caps []int64
+	for _, l := range p.limits {
+		caps = append(caps, l.Capacity)
+	}
+	for _, q := range p.quotas {
+		caps = append(caps, q.Allowance)
+	}
+	return caps
 }
 
 // diffEncoder builds the script arguments of TestDifferential's reserves and

@@ -22,10 +22,13 @@ import (
 // namespace of its own, so the store may also be shared with other tests.
 func Run(t *testing.T, newStore func(t *testing.T) ratelimit.Store) {
 	runCases(t, newStore, cases, "", nil)
-	runCases(t, newStore, reserveCases, "ratelimit.Reserver", func(s ratelimit.Store) bool {
-		_, ok := s.(ratelimit.Reserver)
-		return ok
-	})
+	runCases(t, newStore, quotaCases, "", nil)
+	for _, cs := range [][]envCase{reserveCases, reserveQuotaCases} {
+		runCases(t, newStore, cs, "ratelimit.Reserver", func(s ratelimit.Store) bool {
+			_, ok := s.(ratelimit.Reserver)
+			return ok
+		})
+	}
 	for _, tc := range batchCases {
 		t.Run(tc.name, func(t *testing.T) {
 			store := newStore(t)
@@ -51,15 +54,19 @@ func runCases(t *testing.T, newStore func(*testing.T) ratelimit.Store, cases []e
 			}
 			clock := testkit.NewClock(testkit.Start)
 			ns := fmt.Sprintf("suite-%s-%d", t.Name(), time.Now().UnixNano())
-			newLimiter := func(limits ...ratelimit.Limit) *ratelimit.Limiter[string] {
+			newWith := func(limits []ratelimit.Limit, opts ...ratelimit.Option) *ratelimit.Limiter[string] {
 				t.Helper()
-				l, err := ratelimit.NewMulti[string](store, limits, ratelimit.WithNamespace(ns), ratelimit.WithClock(clock.Now))
+				l, err := ratelimit.NewMulti[string](store, limits, append([]ratelimit.Option{ratelimit.WithNamespace(ns), ratelimit.WithClock(clock.Now)}, opts...)...)
 				if err != nil {
 					t.Fatal(err)
 				}
 				return l
 			}
-			tc.run(t, &env{ctx: context.Background(), clock: clock, newLimiter: newLimiter})
+			newLimiter := func(limits ...ratelimit.Limit) *ratelimit.Limiter[string] {
+				t.Helper()
+				return newWith(limits)
+			}
+			tc.run(t, &env{ctx: context.Background(), clock: clock, newLimiter: newLimiter, newWith: newWith})
 		})
 	}
 }
@@ -74,6 +81,8 @@ type env struct {
 	ctx        context.Context
 	clock      *testkit.Clock
 	newLimiter func(...ratelimit.Limit) *ratelimit.Limiter[string]
+	// newWith is newLimiter with options of the case's own (quotas, say).
+	newWith func([]ratelimit.Limit, ...ratelimit.Option) *ratelimit.Limiter[string]
 }
 
 // want checks one decision.
