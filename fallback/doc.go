@@ -104,6 +104,16 @@
 // empty. The Decision's Limit is then the share that decided it, so that
 // Remaining and RetryAfter read against it.
 //
+// A quota (see ratelimit.Quota) is shared the same way: each process counts
+// the current window against max(1, ⌊A/n⌋) of its allowance A, from
+// nothing, since it cannot know what the fleet used before the outage; and
+// what it admits locally is never added to the shared count afterwards. So
+// in a window that an outage touches, the fleet admits at most the
+// allowance in the shared store plus n·max(1, ⌊A/n⌋) locally: up to twice
+// the allowance (more when A < n), and exactly the allowance in every window
+// the outage does not touch. ReturnError and FailClosed never exceed the
+// allowance; FailOpen admits without counting.
+//
 // # Bounds across an outage
 //
 // The shared bucket keeps refilling while nobody asks it, so over any window

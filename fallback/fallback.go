@@ -501,7 +501,8 @@ func (s *Store) peekPrimary(ctx context.Context) error {
 	return err
 }
 
-// shared returns r with each limit replaced by its fleet share.
+// shared returns r with each limit replaced by its fleet share, and each
+// quota's allowance divided by the fleet (rounded down, at least 1).
 func (s *Store) shared(r ratelimit.Request) ratelimit.Request {
 	if s.share <= 1 {
 		return r
@@ -511,6 +512,14 @@ func (s *Store) shared(r ratelimit.Request) ratelimit.Request {
 		limits[i] = Share(l, s.share)
 	}
 	r.Limits = limits
+	if len(r.Quotas) > 0 {
+		quotas := make([]ratelimit.Quota, len(r.Quotas))
+		for i, q := range r.Quotas {
+			quotas[i] = q
+			quotas[i].Allowance = max(1, q.Allowance/s.share)
+		}
+		r.Quotas = quotas
+	}
 	return r
 }
 
@@ -521,12 +530,18 @@ func (s *Store) beyondShare(r, lr ratelimit.Request) (d ratelimit.Decision, deni
 	if s.share <= 1 || r.Peek {
 		return d, false, nil
 	}
-	for i, l := range lr.Limits {
+	for i := range len(lr.Limits) + len(lr.Quotas) {
 		cost := r.Cost
 		if r.Costs != nil {
 			cost = r.Costs[i]
 		}
-		if cost > l.Capacity {
+		most := int64(0)
+		if i < len(lr.Limits) {
+			most = lr.Limits[i].Capacity
+		} else {
+			most = lr.Quotas[i-len(lr.Limits)].Allowance
+		}
+		if cost > most {
 			pr := lr
 			pr.Peek = true
 			if d, err = s.unchecked(pr, false); err != nil {

@@ -1072,3 +1072,38 @@ func TestObserver(t *testing.T) {
 		}
 	})
 }
+
+// TestFleetShareOfAQuota: during an outage each of 4 processes counts a
+// quota's window against a quarter of its allowance, from nothing, and
+// denies a cost above that quarter without taking.
+func TestFleetShareOfAQuota(t *testing.T) {
+	clk := newFakeClock()
+	s := mustNew(t, newFakePrimary(clk.Now), WithOutage(LocalFallback), WithFleetShare(4), WithClock(clk.Now))
+	s.MarkDown()
+	ctx := context.Background()
+	q := ratelimit.CalendarQuota(40, ratelimit.Day, nil)
+	r := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(1000)}, Quotas: []ratelimit.Quota{q}, Cost: 1}
+	admitted := 0
+	for range 20 {
+		r.Now = clk.Now()
+		d, err := s.Apply(ctx, "k", r)
+		if err != nil || d.Source != ratelimit.SourceLocal {
+			t.Fatalf("= %+v, %v; want a local decision", d, err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("admitted %d of a quota of 40 a day with a share of 4, want 10", admitted)
+	}
+	big := r
+	big.Cost = 11
+	d, err := s.Apply(ctx, "other", big)
+	if err != nil || d.Allowed || d.Source != ratelimit.SourceLocal {
+		t.Fatalf("a cost of 11 against a share of 10: %+v %v; want denied", d, err)
+	}
+	if d, err := s.Apply(ctx, "other", r); err != nil || !d.Allowed || d.Standings[1].Remaining != 9 {
+		t.Fatalf("the denial took nothing: %+v %v", d, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/big"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -248,6 +249,76 @@ func FuzzSettle(f *testing.F) {
 			if w := time.Duration(ceil(new(big.Int).Sub(need, lv), R).Int64()) * time.Microsecond; next.RetryAfter != w {
 				t.Fatalf("check of %d after the settle: RetryAfter %v; oracle %v (level %v)", cost, next.RetryAfter, w, lv)
 			}
+		}
+	})
+}
+
+// FuzzQuota holds the quota arithmetic to its rules on any state, request
+// and time: a stored quota band of any window and count, a quota of any
+// period and anchor hour, a check of any cost, a reservation settled with
+// any count at any later time. It never panics; a check is allowed exactly
+// when the bucket holds the cost and the window has it left, and then adds
+// the cost to the window's count; a denial writes nothing; Standings give
+// the allowance less the count; a settle in the reservation's window moves
+// the count by the difference (never below zero), and in a later window
+// changes nothing.
+func FuzzQuota(f *testing.F) {
+	f.Add(uint8(1), int64(30), int64(10), int64(5), int64(3), int64(0), int64(2), int64(1_000_000), uint8(9))
+	f.Add(uint8(3), int64(5), int64(5), int64(0), int64(1), int64(86_400_000_000), int64(0), int64(0), uint8(23))
+	f.Add(uint8(2), int64(1), int64(0), int64(1), int64(1), int64(-1), int64(40), int64(1<<40), uint8(0))
+	f.Add(uint8(4), int64(1<<53), int64(1<<53), int64(1<<53), int64(1<<53), int64(1<<50), int64(1<<53), int64(1<<50), uint8(12))
+	f.Fuzz(func(t *testing.T, period uint8, allowance, used, cost, reserved, shift, actual, later int64, hour uint8) {
+		q := ratelimit.Quota{Allowance: allowance, Period: ratelimit.Period(period), Start: time.Date(2026, 1, 31, int(hour%24), 0, 0, 0, time.UTC)}
+		if q.Validate() != nil || used < 0 || used > MaxExact || cost < 1 || cost > allowance || reserved < 1 || reserved > allowance ||
+			actual < 0 || actual > MaxExact || later < 0 || later > 1<<45 || shift < -(1<<45) || shift > 1<<45 {
+			return
+		}
+		const base = int64(1_800_000_000_000_000)
+		now := base + shift
+		lim := ratelimit.NewLimit(1<<40, time.Microsecond, 1<<40) // never binds
+		s, e := q.Window(time.UnixMicro(now))
+		st := State{Last: now, Bands: []Band{{Limit: Lowest(lim), Level: 1 << 40}},
+			Quotas: []QuotaBand{{Start: s.UnixMicro(), End: e.UnixMicro(), Used: used}}}
+		r := ratelimit.Request{Limits: []ratelimit.Limit{lim}, Quotas: []ratelimit.Quota{q}, Cost: cost}
+		before := st
+		before.Quotas = slices.Clone(st.Quotas)
+		d, _, write := st.Step(r, now)
+		fits := cost <= allowance-used
+		if d.Allowed != fits || write != fits {
+			t.Fatalf("check of %d with %d of %d used: %+v write %v", cost, used, allowance, d, write)
+		}
+		wantUsed := used
+		if fits {
+			wantUsed += cost
+		} else if !reflect.DeepEqual(st, before) {
+			t.Fatalf("a denial changed the state: %+v, was %+v", st, before)
+		}
+		if got := d.Standings[1]; got.Remaining != max(0, allowance-wantUsed) || got.ResetAfter != e.Sub(time.UnixMicro(now)) {
+			t.Fatalf("standing %+v; want %d left, reset after %v", got, max(0, allowance-wantUsed), e.Sub(time.UnixMicro(now)))
+		}
+		if !fits && d.RetryAfter != e.Sub(time.UnixMicro(now)) {
+			t.Fatalf("denied by the quota, retry after %v; the window ends in %v", d.RetryAfter, e.Sub(time.UnixMicro(now)))
+		}
+		// A reservation of reserved, settled later with actual.
+		rr := r
+		rr.Cost = reserved
+		rd, _, _ := st.Step(rr, now)
+		if !rd.Allowed {
+			return
+		}
+		held := Held(rr, st.Last)
+		usedNow := wantUsed + reserved
+		at := now + later
+		sd, _, _ := st.Settle(ratelimit.Request{Limits: r.Limits, Quotas: r.Quotas}, held, []int64{reserved, actual}, at)
+		if at < e.UnixMicro() {
+			want := min(max(0, usedNow+actual-reserved), MaxExact)
+			if sd.Standings[1].Remaining != max(0, allowance-want) {
+				t.Fatalf("settle of %d of %d in the window: %+v; want %d used", actual, reserved, sd, want)
+			}
+		} else if sd.Standings[1].Remaining != allowance {
+			// A later window: a settle leaves it alone (nothing used
+			// there, since the state was written in the earlier one).
+			t.Fatalf("settle in a later window: %+v; want its whole %d", sd, allowance)
 		}
 	})
 }
