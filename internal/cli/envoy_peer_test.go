@@ -26,6 +26,7 @@ type envoyServe struct {
 	client rlsv3.RateLimitServiceClient
 	conn   *grpc.ClientConn
 	http   string
+	debug  string // the debug listener's address, "" without one
 	stderr *testkit.Buffer
 	done   chan int
 }

@@ -127,6 +127,9 @@ func (p peerListen) apply(f *serveFlags, e *envoyFlags) {
 	if p.grpc != "" {
 		e.listen = p.grpc
 	}
+	if p.debug != "" {
+		f.debugListen = p.debug
+	}
 	if p.config != "" {
 		e.config = p.config
 	}

@@ -100,6 +100,9 @@ func servePeerEnv(t *testing.T, vars map[string]string, args ...string) *envoySe
 		t.Fatalf("serve with the peer's settings runs no Envoy service: %s", s.stderr.String())
 	}
 	e := &envoyServe{http: s.svc.Addrs().HTTP.String(), stderr: s.stderr, done: s.done}
+	if a := s.svc.Addrs().Debug; a != nil {
+		e.debug = a.String()
+	}
 	conn, err := grpc.NewClient(s.svc.Addrs().GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +123,8 @@ func loopback(vars map[string]string) map[string]string {
 }
 
 // TestServeFromThePeersEnvironment: with no flags, serve takes the gRPC and
-// HTTP listeners from GRPC_HOST:GRPC_PORT and HOST:PORT and the config from
+// HTTP listeners from GRPC_HOST:GRPC_PORT and HOST:PORT, the debug one from
+// DEBUG_HOST:DEBUG_PORT and the config from
 // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, and answers there.
 func TestServeFromThePeersEnvironment(t *testing.T) {
 	root := peerRuntime(t, "2")
@@ -147,6 +151,18 @@ func TestServeFromThePeersEnvironment(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK || string(body) != "OK" {
 		t.Errorf("GET /healthcheck on HOST:PORT: %d %q", res.StatusCode, body)
+	}
+	if e.debug == "" {
+		t.Fatal("no debug listener on DEBUG_HOST:DEBUG_PORT")
+	}
+	res, err = http.Get("http://" + e.debug + "/rlconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if want := "edge.remote_address: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false\n"; string(body) != want {
+		t.Errorf("GET /rlconfig on DEBUG_HOST:DEBUG_PORT: %q, want %q", body, want)
 	}
 	want := filepath.Join(root, "ratelimit", "config")
 	if !strings.Contains(e.stderr.String(), "envoy_config="+want) {
@@ -207,8 +223,9 @@ func TestServePeerRuntimeWatch(t *testing.T) {
 func TestServeFlagsWinOverThePeersListeners(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "edge.yaml")
 	writeEnvoyConfig(t, cfg, "5")
-	vars := map[string]string{"HOST": "192.0.2.1", "PORT": "1", "GRPC_HOST": "192.0.2.1", "GRPC_PORT": "2", "RUNTIME_ROOT": "/nonexistent"}
-	e := startServeEnvoy(t, vars, "--envoy-config", cfg)
+	vars := map[string]string{"HOST": "192.0.2.1", "PORT": "1", "GRPC_HOST": "192.0.2.1", "GRPC_PORT": "2", "RUNTIME_ROOT": "/nonexistent",
+		"DEBUG_HOST": "192.0.2.1", "DEBUG_PORT": "3"}
+	e := startServeEnvoy(t, vars, "--envoy-config", cfg, "--debug-listen", "127.0.0.1:0")
 	if _, err := e.ask(t, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -216,6 +233,7 @@ func TestServeFlagsWinOverThePeersListeners(t *testing.T) {
 		`level=WARN msg="a flag wins over the peer's setting" flag=--listen overrides=HOST`,
 		`level=WARN msg="a flag wins over the peer's setting" flag=--grpc-listen overrides=GRPC_HOST`,
 		`level=WARN msg="a flag wins over the peer's setting" flag=--envoy-config overrides=RUNTIME_ROOT`,
+		`level=WARN msg="a flag wins over the peer's setting" flag=--debug-listen overrides=DEBUG_HOST`,
 	} {
 		if !strings.Contains(e.stderr.String(), want) {
 			t.Errorf("the log lacks %q:\n%s", want, e.stderr.String())

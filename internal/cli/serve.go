@@ -81,6 +81,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	var f serveFlags
 	fs := newFlagSet(env, "serve", "[flags]", serveAbout)
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "listen on `ADDR` (host:port; port 0 picks a free one)")
+	fs.StringVar(&f.debugListen, "debug-listen", "", "serve the debug endpoints (/rlconfig, /stats, /debug/pprof/) on `ADDR`, without a token, as envoyproxy/ratelimit's DEBUG_HOST:DEBUG_PORT (default: none)")
 	fs.StringVar(&f.config, "config", "", "YAML `FILE` of namespaces and their limits, reloaded on SIGHUP")
 	fs.DurationVar(&f.watch, "config-watch", 0, "with --config, --token-file or --metrics-token-file, how often to look for changes; a change is loaded once it holds still that long (0: only on SIGHUP)")
 	f.redis.register(fs)
@@ -177,13 +178,13 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		log.Warn("a flag wins over the peer's setting", "flag", o[0], "overrides", o[1])
 	}
 	if listen.envoy {
-		log.Info("the Envoy service from the peer's settings", "grpc", envoy.listen, "envoy_config", envoy.config, "http", f.listen)
+		log.Info("the Envoy service from the peer's settings", "grpc", envoy.listen, "envoy_config", envoy.config, "http", f.listen, "debug", f.debugListen)
 	}
 	c := service.Config{
 		Listen: f.listen, AdminListen: f.admin, MaxConns: f.maxConns, ReadTimeout: f.readTimeout, Timeout: f.timeout,
 		Outage: outage, FleetSize: f.fleet, ConfigFile: f.config, Token: token, TokenFile: f.tokenFile,
 		MetricsTokenFile: f.metricsTokenFile, Watch: f.watch, AllowedHosts: f.allowedHosts, TopDenied: f.topDenied,
-		Logger: log, Version: Version(),
+		Debug: f.debugListen, Logger: log, Version: Version(),
 	}
 	if c.Redis, _, err = f.redis.options(); err != nil {
 		return usageError{err}

@@ -108,6 +108,8 @@ type Rule struct {
 	// Unlimited rules are never limited; ShadowMode rules answer OK and
 	// count what they would have denied.
 	Unlimited, ShadowMode bool
+	// QuotaMode is the descriptor's quota_mode (see LoadOptions.Load).
+	QuotaMode bool
 	// limit is the bucket; zero when Unlimited or RequestsPerUnit is 0.
 	limit ratelimit.Limit
 	// namespace keeps the rule's keys apart from every other rule's.

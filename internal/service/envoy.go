@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -25,6 +26,7 @@ type envoy struct {
 	health *health.Server
 	fb     *fallback.Store // its own outage behaviour's breaker, or nil (see store.envoyStore)
 	http   []*envoyrls.HTTP
+	stats  *prometheus.Registry // its series alone, for the debug listener's /stats
 }
 
 // startEnvoy builds the Envoy service of c over st, with its series in
@@ -39,6 +41,12 @@ func startEnvoy(c *Config, st *store, metrics *server.Metrics, obs ratelimit.Obs
 	em := envoyrls.NewMetrics(ec.NearLimitRatio)
 	if err := metrics.Register(em.Collectors()...); err != nil {
 		return nil, err
+	}
+	stats := prometheus.NewRegistry()
+	for _, c := range em.Collectors() {
+		if err := stats.Register(c); err != nil {
+			return nil, err
+		}
 	}
 	fb, rs, err := st.envoyStore(ec.Outage, c.Timeout, log.With("service", "envoy"))
 	if err != nil {
@@ -78,7 +86,7 @@ func startEnvoy(c *Config, st *store, metrics *server.Metrics, obs ratelimit.Obs
 		attrs = append(attrs, "key_prefix", ec.KeyPrefix)
 	}
 	log.Info("serving envoy rate limit service", attrs...)
-	return &envoy{svc: svc, ln: limitConns(ln, c.MaxConns), srv: srv, health: hs, fb: fb}, nil
+	return &envoy{svc: svc, ln: limitConns(ln, c.MaxConns), srv: srv, health: hs, fb: fb, stats: stats}, nil
 }
 
 // serve serves gRPC until stop; it logs a failure to log.

@@ -59,6 +59,8 @@ type Addrs struct {
 	Admin net.Addr
 	// GRPC is Envoy's rate limit service's, nil without Config.Envoy.
 	GRPC net.Addr
+	// Debug is the debug listener's, nil without Config.Debug.
+	Debug net.Addr
 }
 
 // API returns the address of the HTTP API: Admin with a proxy, else HTTP.
@@ -216,6 +218,18 @@ func (s *Service) listen(token string) error {
 		s.lns = append(s.lns, limitConns(aln, c.MaxConns))
 		s.servers = append(s.servers, newHTTPServer(admin, c.Logger, false, c.ReadTimeout))
 		s.addrs.Admin = aln.Addr()
+	}
+	if c.Debug != "" {
+		dln, err := net.Listen("tcp", c.Debug)
+		if err != nil {
+			return fmt.Errorf("--debug-listen: %w", err)
+		}
+		s.lns = append(s.lns, limitConns(dln, c.MaxConns))
+		s.servers = append(s.servers, newHTTPServer(s.debugHandler(), c.Logger, false, c.ReadTimeout))
+		s.addrs.Debug = dln.Addr()
+		if beyondLoopback(dln.Addr()) {
+			c.Logger.Warn("the debug listener (/rlconfig, /stats, /debug/pprof/) listens beyond loopback, without a token, as the peer's does", "addr", dln.Addr().String())
+		}
 	}
 	if err := s.api.AllowHosts(s.addrs.API(), c.AllowedHosts); err != nil {
 		return configErrorf("--allowed-host: %v", err)
