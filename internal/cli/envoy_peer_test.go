@@ -27,8 +27,11 @@ type envoyServe struct {
 	conn   *grpc.ClientConn
 	http   string
 	debug  string // the debug listener's address, "" without one
-	stderr *testkit.Buffer
-	done   chan int
+	// prometheus is the address of the peer's statistics in Prometheus
+	// form, "" without them.
+	prometheus string
+	stderr     *testkit.Buffer
+	done       chan int
 }
 
 func startServeEnvoy(t *testing.T, vars map[string]string, args ...string) *envoyServe {

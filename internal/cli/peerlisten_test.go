@@ -103,6 +103,9 @@ func servePeerEnv(t *testing.T, vars map[string]string, args ...string) *envoySe
 	if a := s.svc.Addrs().Debug; a != nil {
 		e.debug = a.String()
 	}
+	if a := s.svc.Addrs().Prometheus; a != nil {
+		e.prometheus = a.String()
+	}
 	conn, err := grpc.NewClient(s.svc.Addrs().GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -113,9 +116,12 @@ func servePeerEnv(t *testing.T, vars map[string]string, args ...string) *envoySe
 }
 
 // loopback are the peer's listen settings on 127.0.0.1, each port picked
-// free.
+// free, and USE_STATSD=false (the peer's default, true, sends to
+// localhost:8125: peerstats_test.go tests it with a statsd server of its
+// own), with vars.
 func loopback(vars map[string]string) map[string]string {
-	out := map[string]string{"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0"}
+	out := map[string]string{"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
+		"USE_STATSD": "false"}
 	for k, v := range vars {
 		out[k] = v
 	}
@@ -224,7 +230,7 @@ func TestServeFlagsWinOverThePeersListeners(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "edge.yaml")
 	writeEnvoyConfig(t, cfg, "5")
 	vars := map[string]string{"HOST": "192.0.2.1", "PORT": "1", "GRPC_HOST": "192.0.2.1", "GRPC_PORT": "2", "RUNTIME_ROOT": "/nonexistent",
-		"DEBUG_HOST": "192.0.2.1", "DEBUG_PORT": "3"}
+		"DEBUG_HOST": "192.0.2.1", "DEBUG_PORT": "3", "USE_STATSD": "false"}
 	e := startServeEnvoy(t, vars, "--envoy-config", cfg, "--debug-listen", "127.0.0.1:0")
 	if _, err := e.ask(t, "a"); err != nil {
 		t.Fatal(err)

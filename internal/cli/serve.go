@@ -205,7 +205,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 			return err
 		}
 	}
-	if c.Envoy, err = envoy.service(env, log); err != nil {
+	if c.Envoy, err = envoy.service(env, log, listen.envoy); err != nil {
 		return err
 	}
 	if c.Envoy != nil && c.Redis == nil {

@@ -200,6 +200,7 @@ func New(o Options) (*Service, error) {
 	if err := s.SetConfig(cfg); err != nil {
 		return nil, err
 	}
+	s.metrics.loaded(true) // the peer counts its first load too
 	return s, nil
 }
 

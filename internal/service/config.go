@@ -125,6 +125,8 @@ type Envoy struct {
 	// prefixes never share a bucket. The HTTP API's keys are its
 	// namespaces', shared with the library's Limiters, and take no prefix.
 	KeyPrefix string
+	// Stats, when set, sends the peer's statistics (PeerStats).
+	Stats *PeerStats
 }
 
 // TLSFiles name the PEM files of a listener's TLS: its certificate chain and

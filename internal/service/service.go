@@ -61,6 +61,9 @@ type Addrs struct {
 	GRPC net.Addr
 	// Debug is the debug listener's, nil without Config.Debug.
 	Debug net.Addr
+	// Prometheus is the listener of the peer's statistics in Prometheus
+	// form (Envoy.Stats.Prometheus), else nil.
+	Prometheus net.Addr
 }
 
 // API returns the address of the HTTP API: Admin with a proxy, else HTTP.
@@ -135,6 +138,9 @@ func Start(ctx context.Context, c Config) (_ *Service, err error) {
 			return nil, err
 		}
 		s.addrs.GRPC = s.envoy.ln.Addr()
+		if p := s.envoy.peer; p != nil && p.ln != nil {
+			s.addrs.Prometheus = p.ln.Addr()
+		}
 	}
 	o := server.Options{
 		Store: s.store.store, StoreName: s.store.name, Policies: policies, Token: token, MetricsToken: metricsToken,
@@ -262,6 +268,9 @@ func (s *Service) background() {
 	if s.envoy != nil && s.envoy.fb != nil {
 		probe(s.envoy.fb)
 	}
+	if s.envoy != nil && s.envoy.peer != nil {
+		s.envoy.peer.run(s.cfg.Envoy.Stats.FlushInterval, s.failed)
+	}
 	s.watch(ctx)
 }
 
@@ -312,6 +321,9 @@ func (s *Service) Close(ctx context.Context) error {
 			wg.Go(func() { s.envoy.stop(ctx.Done()) })
 		}
 		wg.Wait()
+		if s.envoy != nil && s.envoy.peer != nil {
+			s.envoy.peer.close(ctx) // the counts of the last calls sent
+		}
 		s.serve.Wait()
 		s.release()
 		s.err = errors.Join(errs...)
@@ -331,6 +343,9 @@ func (s *Service) release() {
 	if s.envoy != nil {
 		s.envoy.srv.Stop()
 		s.envoy.ln.Close() //nolint:errcheck // closed already when served
+		if s.envoy.peer != nil && s.envoy.peer.stop == nil {
+			s.envoy.peer.abort() // Start failed before run
+		}
 	}
 	if s.store != nil {
 		s.store.close()
