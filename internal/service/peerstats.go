@@ -171,14 +171,14 @@ func (l statsdLogger) Warnf(msg string, args ...any) {
 	l.log.Debug("statsd: " + fmt.Sprintf(msg, args...))
 }
 
-// promSink is a gostats.Sink that counts what it is flushed under the names
+// promSink is a Sink of gostats that counts what it is flushed under the names
 // and labels the peer's Prometheus sink gives them (its default
 // statsd_exporter mapping, src/stats/prom/default_mapper.yaml):
 //
 //	ratelimit.service.rate_limit.D.K1[.K2...].S  ratelimit_service_rate_limit_S{domain="D",key1="K1",key2="K2"}
 //	    for S in total_hits, over_limit, near_limit, within_limit, shadow_mode (key2 "" for a key of one level)
 //	ratelimit.service.call.should_rate_limit.E   ratelimit_service_should_rate_limit_error{err_type="E"}
-//	ratelimit_server.M.total_requests            ratelimit_service_total_requests{grpc_method="M"}
+//	ratelimit_server.<method>.total_requests     ratelimit_service_total_requests{grpc_method="<method>"}
 //	ratelimit.service.config_load_success        ratelimit_service_config_load_success (and _error)
 //
 // and any other name as statsd_exporter does without a mapping: every
