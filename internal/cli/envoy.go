@@ -29,10 +29,12 @@ func (f *envoyFlags) register(fs *flagSet) {
 }
 
 // service returns the Envoy rate limit service of the flags and of the
-// peer's environment settings, or nil without --grpc-listen. A flag that
+// peer's environment settings, or nil without --grpc-listen. container says
+// serve runs as the peer's container (readPeerListen), where the peer's
+// statistics go to statsd by default (readPeerStats). A flag that
 // needs --grpc-listen without it, and a setting the service does not take,
 // is a usage error.
-func (f *envoyFlags) service(env Env, log *slog.Logger) (*service.Envoy, error) {
+func (f *envoyFlags) service(env Env, log *slog.Logger, container bool) (*service.Envoy, error) {
 	if f.listen == "" {
 		if f.config != "" || f.headers {
 			return nil, usagef("--envoy-config and --envoy-response-headers need --grpc-listen")
@@ -57,6 +59,10 @@ func (f *envoyFlags) service(env Env, log *slog.Logger) (*service.Envoy, error) 
 	if err != nil {
 		return nil, err
 	}
+	stats, err := readPeerStats(env.Getenv, container)
+	if err != nil {
+		return nil, err
+	}
 	headers := envoyrls.HeadersFromEnv(env.Getenv)
 	headers.Enabled = headers.Enabled || f.headers
 	return &service.Envoy{
@@ -64,6 +70,7 @@ func (f *envoyFlags) service(env Env, log *slog.Logger) (*service.Envoy, error) 
 		Load:           envoyrls.LoadOptions{IgnoreDotFiles: pe.ignoreDotFiles, MergeDomains: pe.mergeDomains},
 		NearLimitRatio: pe.nearLimitRatio, ShadowMode: pe.shadowMode, DynamicMetadata: pe.dynamicMetadata,
 		TLS: service.TLSFiles{Cert: tls.cert, Key: tls.key, ClientCA: tls.clientCA}, KeyPrefix: pe.keyPrefix,
+		Stats: stats,
 	}, nil
 }
 

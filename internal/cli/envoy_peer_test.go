@@ -26,8 +26,12 @@ type envoyServe struct {
 	client rlsv3.RateLimitServiceClient
 	conn   *grpc.ClientConn
 	http   string
-	stderr *testkit.Buffer
-	done   chan int
+	debug  string // the debug listener's address, "" without one
+	// prometheus is the address of the peer's statistics in Prometheus
+	// form, "" without them.
+	prometheus string
+	stderr     *testkit.Buffer
+	done       chan int
 }
 
 func startServeEnvoy(t *testing.T, vars map[string]string, args ...string) *envoyServe {

@@ -44,7 +44,11 @@ carry none. --config names a YAML file of namespaces
 refused with a log line while the old policies stay. --redis shares the buckets with every process
 pointed at the same Redis; without it, envoyproxy/ratelimit's REDIS_SOCKET_TYPE, REDIS_URL, REDIS_TYPE
 and the other REDIS_* settings choose the Redis as that service reads them, and a value serve cannot
-honour stops it (docs/envoy.md lists them all). SIGINT and SIGTERM shut down gracefully.
+honour stops it (docs/envoy.md lists them all). With envoyproxy/ratelimit's GRPC_HOST, GRPC_PORT,
+RUNTIME_ROOT, RUNTIME_SUBDIRECTORY or RUNTIME_APPDIRECTORY set, serve runs as that service's container:
+Envoy's rate limit service on GRPC_HOST:GRPC_PORT (0.0.0.0:8081) with the config directory
+RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, HTTP on HOST:PORT (0.0.0.0:8080); a flag wins
+over such a setting, with a warning. SIGINT and SIGTERM shut down gracefully.
 
 With --upstream URL the service is a reverse proxy instead: every request is
 limited by the namespace --namespace, keyed by --key, and passed to URL when
@@ -70,12 +74,14 @@ type serveFlags struct {
 	logFormat, logLevel                                                                 string
 	ipv6Bits, maxConns                                                                  int
 	readTimeout, watch                                                                  time.Duration
+	debugListen                                                                         string
 }
 
 func runServe(ctx context.Context, env Env, args []string) error {
 	var f serveFlags
 	fs := newFlagSet(env, "serve", "[flags]", serveAbout)
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "listen on `ADDR` (host:port; port 0 picks a free one)")
+	fs.StringVar(&f.debugListen, "debug-listen", "", "serve the debug endpoints (/rlconfig, /stats, /debug/pprof/) on `ADDR`, without a token, as envoyproxy/ratelimit's DEBUG_HOST:DEBUG_PORT (default: none)")
 	fs.StringVar(&f.config, "config", "", "YAML `FILE` of namespaces and their limits, reloaded on SIGHUP")
 	fs.DurationVar(&f.watch, "config-watch", 0, "with --config, --token-file or --metrics-token-file, how often to look for changes; a change is loaded once it holds still that long (0: only on SIGHUP)")
 	f.redis.register(fs)
@@ -144,7 +150,12 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if err := checkPeerSettings(env.Getenv); err != nil {
 		return err
 	}
-	if err := checkApplicable(setFlags(fs), &f, peer.opts != nil); err != nil {
+	listen, err := readPeerListen(env.Getenv, setFlags(fs))
+	if err != nil {
+		return err
+	}
+	listen.apply(&f, &envoy)
+	if err := checkApplicable(setFlags(fs), &f, peer.opts != nil, envoy.listen != ""); err != nil {
 		return err
 	}
 	var token string // RATELIMIT_TOKEN, when there is no --token-file
@@ -163,11 +174,17 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	for _, o := range logAs {
 		log.Warn("logging: a flag wins over the peer's setting", "flag", o[0], "overrides", o[1])
 	}
+	for _, o := range listen.won {
+		log.Warn("a flag wins over the peer's setting", "flag", o[0], "overrides", o[1])
+	}
+	if listen.envoy {
+		log.Info("the Envoy service from the peer's settings", "grpc", envoy.listen, "envoy_config", envoy.config, "http", f.listen, "debug", f.debugListen)
+	}
 	c := service.Config{
 		Listen: f.listen, AdminListen: f.admin, MaxConns: f.maxConns, ReadTimeout: f.readTimeout, Timeout: f.timeout,
 		Outage: outage, FleetSize: f.fleet, ConfigFile: f.config, Token: token, TokenFile: f.tokenFile,
 		MetricsTokenFile: f.metricsTokenFile, Watch: f.watch, AllowedHosts: f.allowedHosts, TopDenied: f.topDenied,
-		Logger: log, Version: Version(),
+		Debug: f.debugListen, Logger: log, Version: Version(),
 	}
 	if c.Redis, _, err = f.redis.options(); err != nil {
 		return usageError{err}
@@ -188,7 +205,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 			return err
 		}
 	}
-	if c.Envoy, err = envoy.service(env, log); err != nil {
+	if c.Envoy, err = envoy.service(env, log, listen.envoy); err != nil {
 		return err
 	}
 	if c.Envoy != nil && c.Redis == nil {
@@ -287,8 +304,9 @@ func readToken(path string, getenv func(string) string) (string, error) {
 // checkApplicable refuses flags that the other flags make meaningless,
 // rather than ignoring them. peerRedis says whether the peer's settings name
 // a Redis (readPeerRedis), which --outage and --fleet-size apply to as they
-// do to --redis.
-func checkApplicable(set map[string]bool, f *serveFlags, peerRedis bool) error {
+// do to --redis; grpc whether the Envoy service listens, by --grpc-listen or
+// the peer's settings (readPeerListen), which the --grpc-tls-* flags need.
+func checkApplicable(set map[string]bool, f *serveFlags, peerRedis, grpc bool) error {
 	if f.upstream == "" {
 		for _, name := range []string{"key", "body", "namespace", "admin-listen", "trusted-proxies", "forwarded-header", "ipv6-prefix"} {
 			if set[name] {
@@ -303,7 +321,7 @@ func checkApplicable(set map[string]bool, f *serveFlags, peerRedis bool) error {
 			}
 		}
 	}
-	if !set["grpc-listen"] {
+	if !grpc {
 		for _, name := range []string{"grpc-tls-cert", "grpc-tls-key", "grpc-tls-client-ca"} {
 			if set[name] {
 				return usagef("--%s applies only with --grpc-listen", name)

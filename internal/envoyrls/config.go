@@ -52,6 +52,19 @@ func (c *Config) RulesOf(domain string) int {
 	return n
 }
 
+// QuotaModeRules returns the statistics keys (Rule.Path) of the rules with
+// quota_mode: true, sorted.
+func (c *Config) QuotaModeRules() []string {
+	var out []string
+	c.eachRule(func(r *Rule) {
+		if r.QuotaMode {
+			out = append(out, r.Path)
+		}
+	})
+	slices.Sort(out)
+	return out
+}
+
 // Rules returns the number of rate_limit blocks in the configuration.
 func (c *Config) Rules() int { return c.rules }
 
@@ -108,6 +121,12 @@ type Rule struct {
 	// Unlimited rules are never limited; ShadowMode rules answer OK and
 	// count what they would have denied.
 	Unlimited, ShadowMode bool
+	// QuotaMode is the descriptor's quota_mode. It is loaded, shown by
+	// Dump and warned of (Service.SetConfig), and the rule is decided as
+	// any other: a descriptor over its limit makes the request OVER_LIMIT,
+	// where the peer answers OK while another quota_mode descriptor of the
+	// request is within its limit and no other descriptor is over.
+	QuotaMode bool
 	// limit is the bucket; zero when Unlimited or RequestsPerUnit is 0.
 	limit ratelimit.Limit
 	// namespace keeps the rule's keys apart from every other rule's.
@@ -139,7 +158,8 @@ type yamlDescriptor struct {
 	DetailedMetric bool             `yaml:"detailed_metric"`
 	ValueToMetric  bool             `yaml:"value_to_metric"`
 	ShareThreshold bool             `yaml:"share_threshold"`
-	// QuotaMode is decoded only to refuse true with a reason.
+	// QuotaMode is kept on the rule, which is decided as any other
+	// (see Rule.QuotaMode).
 	QuotaMode bool `yaml:"quota_mode"`
 	// Metadata goes into the response's dynamic metadata when the rule's
 	// descriptor passes (Options.DynamicMetadata).
@@ -320,9 +340,6 @@ func (b *builder) load(parent *node, ds []yamlDescriptor, path []step, depth int
 		if d.Key == "" {
 			return fmt.Errorf("descriptor %s: the key must not be empty", where)
 		}
-		if d.QuotaMode {
-			return fmt.Errorf("descriptor %s: quota_mode: true is not supported by this service", where)
-		}
 		n := &node{key: d.Key, value: d.Value, detailed: d.DetailedMetric, valueToMetric: d.ValueToMetric, share: d.ShareThreshold}
 		isWild := strings.Contains(d.Value, "*")
 		if d.ShareThreshold && !isWild {
@@ -381,6 +398,7 @@ func (b *builder) rule(d *yamlDescriptor, path []step) (*Rule, error) {
 		Name:       y.Name,
 		Unlimited:  y.Unlimited,
 		ShadowMode: d.ShadowMode,
+		QuotaMode:  d.QuotaMode,
 		detailed:   d.DetailedMetric,
 		namespace:  namespaceOf(b.domain, path),
 	}

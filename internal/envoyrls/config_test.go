@@ -270,7 +270,6 @@ func TestParseConfigErrors(t *testing.T) {
 		{"an empty replaces", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: ''}]}\n", "empty name"},
 		{"replaces itself", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {name: n, unit: second, requests_per_unit: 1, replaces: [{name: n}]}\n", "own name"},
 		{"share_threshold without a wildcard", "domain: d\ndescriptors:\n  - {key: a, value: v, share_threshold: true}\n", "needs a wildcard"},
-		{"quota_mode", "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n", "quota_mode: true is not supported"},
 		{"a fraction", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5.5}\n", "must be a whole number"},
 		{"a string", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: '5'}\n", "must be a whole number"},
 		{"burst 0", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 0}\n", "burst must be at least 1"},

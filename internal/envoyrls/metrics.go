@@ -61,10 +61,13 @@ type Metrics struct {
 	series                           sync.Map   // key -> *ruleCounters
 	nseries, nbytes                  int
 	reqOK, reqOver                   prometheus.Counter
+	peer                             PeerStats    // nil: no peer statistics (see SetPeerStats)
+	peerSvc                          *peerService // nil without peer
 }
 
 type ruleCounters struct {
 	hits, over, near, within, shadow prometheus.Counter
+	peer                             *peerCounters // nil without Metrics.peer
 }
 
 // NewMetrics returns the metrics, at zero, with near-limit ratio ratio
@@ -102,10 +105,22 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 func (m *Metrics) globalShadow() {
 	if m != nil {
 		m.globalShadowN.Inc()
+		if m.peerSvc != nil {
+			m.peerSvc.globalShadow.Add(1)
+		}
 	}
 }
 
 func (m *Metrics) request(result string) {
+	if m != nil && m.peerSvc != nil {
+		m.peerSvc.requests.Add(1)
+		switch result {
+		case "error":
+			m.peerSvc.redisError.Add(1)
+		case "invalid":
+			m.peerSvc.serviceError.Add(1)
+		}
+	}
 	switch {
 	case m == nil:
 	case result == "ok":
@@ -120,6 +135,19 @@ func (m *Metrics) request(result string) {
 func (m *Metrics) reloaded(result string) {
 	if m != nil {
 		m.reloads.WithLabelValues(result).Inc()
+		m.loaded(result == "ok")
+	}
+}
+
+// loaded counts a load of the configuration, the first one included, in the
+// peer's config_load_success or config_load_error.
+func (m *Metrics) loaded(ok bool) {
+	switch {
+	case m == nil || m.peerSvc == nil:
+	case ok:
+		m.peerSvc.loadOK.Add(1)
+	default:
+		m.peerSvc.loadError.Add(1)
 	}
 }
 
@@ -151,6 +179,9 @@ func (m *Metrics) counters(r *Rule, key string) *ruleCounters {
 		within: m.within.WithLabelValues(r.Domain, key),
 		shadow: m.shadow.WithLabelValues(r.Domain, key),
 	}
+	if m.peer != nil && !r.Unlimited { // the peer counts no unlimited rule
+		c.peer = m.peerRule(key)
+	}
 	m.series.Store(key, c)
 	m.nseries++
 	m.nbytes += len(key)
@@ -169,24 +200,56 @@ func (m *Metrics) observe(c *check) {
 	rc.hits.Add(float64(hits))
 	b := c.bucket
 	if b == nil {
-		return // unlimited
+		return // unlimited: the peer counts nothing
 	}
+	var over, near, within uint64
 	capacity := b.limit.Capacity // 0 for rpu 0
 	threshold := int64(math.Floor(float64(capacity) * m.ratio))
 	usedBefore := capacity - c.seen
 	if !c.fits {
-		over := hits - min(hits, uint64(c.seen))
+		over = hits - min(hits, uint64(c.seen))
+		if c.seen > 0 {
+			near = uint64(capacity - max(threshold, usedBefore))
+		}
+	} else {
+		within = hits
+		if usedAfter := usedBefore + int64(hits); usedAfter > threshold {
+			near = uint64(min(int64(hits), usedAfter-threshold))
+		}
+	}
+	rc.count(hits, over, near, within, b.shadow)
+}
+
+// count adds one descriptor's counts to the rule's series, and to the
+// peer's statistics of the rule when it has them; zeros are not added.
+func (rc *ruleCounters) count(hits, over, near, within uint64, shadow bool) {
+	if over > 0 {
 		rc.over.Add(float64(over))
-		if b.shadow {
+		if shadow {
 			rc.shadow.Add(float64(over))
 		}
-		if c.seen > 0 {
-			rc.near.Add(float64(capacity - max(threshold, usedBefore)))
-		}
+	}
+	if near > 0 {
+		rc.near.Add(float64(near))
+	}
+	if within > 0 {
+		rc.within.Add(float64(within))
+	}
+	p := rc.peer
+	if p == nil {
 		return
 	}
-	rc.within.Add(float64(hits))
-	if usedAfter := usedBefore + int64(hits); usedAfter > threshold {
-		rc.near.Add(float64(min(int64(hits), usedAfter-threshold)))
+	p.hits.Add(hits)
+	if over > 0 {
+		p.over.Add(over)
+		if shadow {
+			p.shadow.Add(over)
+		}
+	}
+	if near > 0 {
+		p.near.Add(near)
+	}
+	if within > 0 {
+		p.within.Add(within)
 	}
 }

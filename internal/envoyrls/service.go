@@ -200,12 +200,14 @@ func New(o Options) (*Service, error) {
 	if err := s.SetConfig(cfg); err != nil {
 		return nil, err
 	}
+	s.metrics.loaded(true) // the peer counts its first load too
 	return s, nil
 }
 
 // SetConfig puts cfg in force. A request decided during the swap uses
 // either the old configuration or cfg, never a mix. Each rule whose refill
-// rate was rounded down (Rule.Rounded) is logged.
+// rate was rounded down (Rule.Rounded) is logged, and the rules with
+// quota_mode (Rule.QuotaMode) are named in a warning.
 func (s *Service) SetConfig(cfg *Config) error {
 	st := &state{cfg: cfg, rules: map[*Rule]ruleState{}}
 	var opts []ratelimit.Option
@@ -233,6 +235,10 @@ func (s *Service) SetConfig(cfg *Config) error {
 				"kept", fmt.Sprintf("%d per %v", r.limit.RefillTokens, r.limit.RefillPeriod))
 		}
 	})
+	if q := cfg.QuotaModeRules(); len(q) > 0 {
+		s.log.Warn("envoy rules with quota_mode: true are decided as ordinary rules: a request with one over its limit is OVER_LIMIT, where the peer would answer OK while another of its quota_mode descriptors is within its limit",
+			"rules", strings.Join(q, ","))
+	}
 	s.state.Store(st)
 	if s.metrics != nil {
 		s.metrics.rules.Set(float64(cfg.rules))

@@ -23,6 +23,10 @@ type Config struct {
 	// AdminListen is, with Proxy, the address of the API, /healthz and
 	// /metrics.
 	AdminListen string
+	// Debug, when set, is the address of the debug listener (the peer's
+	// DEBUG_HOST:DEBUG_PORT): /rlconfig, /stats and /debug/pprof/. It
+	// takes no token: keep it where only operators reach it.
+	Debug string
 	// MaxConns bounds the connections open at once on each listener; more
 	// wait (0: no bound).
 	MaxConns int
@@ -121,6 +125,8 @@ type Envoy struct {
 	// prefixes never share a bucket. The HTTP API's keys are its
 	// namespaces', shared with the library's Limiters, and take no prefix.
 	KeyPrefix string
+	// Stats, when set, sends the peer's statistics (PeerStats).
+	Stats *PeerStats
 }
 
 // TLSFiles name the PEM files of a listener's TLS: its certificate chain and

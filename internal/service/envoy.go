@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -25,6 +26,8 @@ type envoy struct {
 	health *health.Server
 	fb     *fallback.Store // its own outage behaviour's breaker, or nil (see store.envoyStore)
 	http   []*envoyrls.HTTP
+	stats  *prometheus.Registry // its series alone, for the debug listener's /stats
+	peer   *peerStats           // the peer's statistics, nil without Envoy.Stats
 }
 
 // startEnvoy builds the Envoy service of c over st, with its series in
@@ -40,9 +43,27 @@ func startEnvoy(c *Config, st *store, metrics *server.Metrics, obs ratelimit.Obs
 	if err := metrics.Register(em.Collectors()...); err != nil {
 		return nil, err
 	}
+	stats := prometheus.NewRegistry()
+	for _, c := range em.Collectors() {
+		if err := stats.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	var peer *peerStats
+	if ec.Stats != nil {
+		if peer, err = startPeerStats(ec.Stats, log); err != nil {
+			return nil, err
+		}
+		em.SetPeerStats(peer.counter(ec.Stats.Tags))
+	}
 	fb, rs, err := st.envoyStore(ec.Outage, c.Timeout, log.With("service", "envoy"))
 	if err != nil {
 		return nil, err
+	}
+	closePeer := func() {
+		if peer != nil {
+			peer.abort()
+		}
 	}
 	svc, err := envoyrls.New(envoyrls.Options{
 		Store: rs, Config: cfg, Timeout: c.Timeout, Headers: ec.Headers, Metrics: em, Logger: log,
@@ -50,15 +71,18 @@ func startEnvoy(c *Config, st *store, metrics *server.Metrics, obs ratelimit.Obs
 		KeyPrefix: ec.KeyPrefix, Observer: obs,
 	})
 	if err != nil {
+		closePeer()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", ec.Listen)
 	if err != nil {
+		closePeer()
 		return nil, fmt.Errorf("--grpc-listen: %w", err)
 	}
 	srv, err := newGRPCServer(ln.Addr(), grpcServerConfig{tls: ec.TLS, callTimeout: c.Timeout, readTimeout: c.ReadTimeout}, log)
 	if err != nil {
 		ln.Close()
+		closePeer()
 		return nil, err
 	}
 	svc.Register(srv)
@@ -77,8 +101,14 @@ func startEnvoy(c *Config, st *store, metrics *server.Metrics, obs ratelimit.Obs
 	if ec.KeyPrefix != "" {
 		attrs = append(attrs, "key_prefix", ec.KeyPrefix)
 	}
+	if p := ec.Stats; p != nil && p.Statsd != "" {
+		attrs = append(attrs, "statsd", p.StatsdProtocol+"://"+p.Statsd, "stats_flush", p.FlushInterval.String())
+	}
+	if peer != nil && peer.ln != nil {
+		attrs = append(attrs, "prometheus", peer.ln.Addr().String()+ec.Stats.PrometheusPath)
+	}
 	log.Info("serving envoy rate limit service", attrs...)
-	return &envoy{svc: svc, ln: limitConns(ln, c.MaxConns), srv: srv, health: hs, fb: fb}, nil
+	return &envoy{svc: svc, ln: limitConns(ln, c.MaxConns), srv: srv, health: hs, fb: fb, stats: stats, peer: peer}, nil
 }
 
 // serve serves gRPC until stop; it logs a failure to log.

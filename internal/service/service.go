@@ -59,6 +59,11 @@ type Addrs struct {
 	Admin net.Addr
 	// GRPC is Envoy's rate limit service's, nil without Config.Envoy.
 	GRPC net.Addr
+	// Debug is the debug listener's, nil without Config.Debug.
+	Debug net.Addr
+	// Prometheus is the listener of the peer's statistics in Prometheus
+	// form (Envoy.Stats.Prometheus), else nil.
+	Prometheus net.Addr
 }
 
 // API returns the address of the HTTP API: Admin with a proxy, else HTTP.
@@ -133,6 +138,9 @@ func Start(ctx context.Context, c Config) (_ *Service, err error) {
 			return nil, err
 		}
 		s.addrs.GRPC = s.envoy.ln.Addr()
+		if p := s.envoy.peer; p != nil && p.ln != nil {
+			s.addrs.Prometheus = p.ln.Addr()
+		}
 	}
 	o := server.Options{
 		Store: s.store.store, StoreName: s.store.name, Policies: policies, Token: token, MetricsToken: metricsToken,
@@ -217,6 +225,18 @@ func (s *Service) listen(token string) error {
 		s.servers = append(s.servers, newHTTPServer(admin, c.Logger, false, c.ReadTimeout))
 		s.addrs.Admin = aln.Addr()
 	}
+	if c.Debug != "" {
+		dln, err := net.Listen("tcp", c.Debug)
+		if err != nil {
+			return fmt.Errorf("--debug-listen: %w", err)
+		}
+		s.lns = append(s.lns, limitConns(dln, c.MaxConns))
+		s.servers = append(s.servers, newHTTPServer(s.debugHandler(), c.Logger, false, c.ReadTimeout))
+		s.addrs.Debug = dln.Addr()
+		if beyondLoopback(dln.Addr()) {
+			c.Logger.Warn("the debug listener (/rlconfig, /stats, /debug/pprof/) listens beyond loopback, without a token, as the peer's does", "addr", dln.Addr().String())
+		}
+	}
 	if err := s.api.AllowHosts(s.addrs.API(), c.AllowedHosts); err != nil {
 		return configErrorf("--allowed-host: %v", err)
 	}
@@ -247,6 +267,9 @@ func (s *Service) background() {
 	}
 	if s.envoy != nil && s.envoy.fb != nil {
 		probe(s.envoy.fb)
+	}
+	if s.envoy != nil && s.envoy.peer != nil {
+		s.envoy.peer.run(s.cfg.Envoy.Stats.FlushInterval, s.failed)
 	}
 	s.watch(ctx)
 }
@@ -298,6 +321,9 @@ func (s *Service) Close(ctx context.Context) error {
 			wg.Go(func() { s.envoy.stop(ctx.Done()) })
 		}
 		wg.Wait()
+		if s.envoy != nil && s.envoy.peer != nil {
+			s.envoy.peer.close(ctx) // the counts of the last calls sent
+		}
 		s.serve.Wait()
 		s.release()
 		s.err = errors.Join(errs...)
@@ -317,6 +343,9 @@ func (s *Service) release() {
 	if s.envoy != nil {
 		s.envoy.srv.Stop()
 		s.envoy.ln.Close() //nolint:errcheck // closed already when served
+		if s.envoy.peer != nil && s.envoy.peer.stop == nil {
+			s.envoy.peer.abort() // Start failed before run
+		}
 	}
 	if s.store != nil {
 		s.store.close()
