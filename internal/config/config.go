@@ -23,7 +23,22 @@
 //
 // Its two limits are one policy on one bucket per subject, decided as one
 // (ratelimit.NewMulti): a request takes one request and its tokens, or
-// nothing. The
+// nothing. A namespace may add calendar quotas (ratelimit.Quota), decided
+// with its limits:
+//
+//   - name: api
+//     rate_limit: {unit: second, requests_per_unit: 10}
+//     quotas:
+//       - {period: month, allowance: 100000, time_zone: Europe/Paris}
+//       - {period: day, allowance: 5000, start: "2026-01-01T09:00"}
+//
+// A quota's period is day, week, month or year; its time_zone an IANA name
+// (default UTC); its start, a local date and time in that zone
+// ("2006-01-02T15:04" or with seconds), anchors its windows (a month from
+// the 15th at 09:00: "2026-01-15T09:00"; by default the calendar's: days
+// from midnight, weeks from Monday, months from the 1st). A quota counts
+// requests, or, with counts: tokens in a namespace with a token_limit, the
+// tokens. The
 // namespace "default" is always there: a file may change its limit, and without a file it allows 10 per
 // second per subject, bursting to 10. A file must define at least one
 // namespace: an empty one is refused, so that a truncated file reloaded on
@@ -39,6 +54,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/units"
@@ -56,13 +73,65 @@ var DefaultLimit = ratelimit.PerSecond(10)
 // DefaultNamespace.
 type Policies map[string]Policy
 
-// Policy is the limits of a namespace: its rate_limit, and its token_limit
-// when it has one.
+// Policy is the limits of a namespace: its rate_limit, its token_limit
+// when it has one, and its quotas.
 type Policy struct {
 	// Requests is the rate_limit.
 	Requests ratelimit.Limit
 	// Tokens is the token_limit; the zero Limit when there is none.
 	Tokens ratelimit.Limit
+	// Quotas are the quotas, in the file's order.
+	Quotas []Quota
+}
+
+// Quota is a namespace's quota: what it allows, and whether it counts
+// tokens (counts: tokens) rather than requests.
+type Quota struct {
+	ratelimit.Quota
+	Tokens bool
+}
+
+// LimiterQuotas returns p's quotas as a Limiter takes them
+// (ratelimit.WithQuotas), in order.
+func (p Policy) LimiterQuotas() []ratelimit.Quota {
+	if len(p.Quotas) == 0 {
+		return nil
+	}
+	q := make([]ratelimit.Quota, len(p.Quotas))
+	for i, c := range p.Quotas {
+		q[i] = c.Quota
+	}
+	return q
+}
+
+// Options returns the Limiter options of p beyond its limits: its quotas.
+func (p Policy) Options() []ratelimit.Option {
+	if len(p.Quotas) == 0 {
+		return nil
+	}
+	return []ratelimit.Option{ratelimit.WithQuotas(p.LimiterQuotas()...)}
+}
+
+// Costs returns the costs, one per limit and quota in the order of a
+// Limiter of p, of a request of requests requests and tokens tokens: a
+// limit or quota that counts tokens takes tokens, the others requests. It
+// returns nil for a policy of one limit (the cost is then requests).
+func (p Policy) Costs(requests, tokens int64) []int64 {
+	if !p.HasTokens() && len(p.Quotas) == 0 {
+		return nil
+	}
+	costs := []int64{requests}
+	if p.HasTokens() {
+		costs = append(costs, tokens)
+	}
+	for _, q := range p.Quotas {
+		if q.Tokens {
+			costs = append(costs, tokens)
+		} else {
+			costs = append(costs, requests)
+		}
+	}
+	return costs
 }
 
 // HasTokens reports whether p has a token_limit.
@@ -77,23 +146,39 @@ func (p Policy) Limits() []ratelimit.Limit {
 	return []ratelimit.Limit{p.Requests}
 }
 
-// MaxCost is the largest cost that every limit of p can hold: a check of
-// more could never be allowed.
+// MaxCost is the largest cost that every limit and quota of p can hold: a
+// check of more could never be allowed.
 func (p Policy) MaxCost() int64 {
+	most := p.Requests.Capacity
 	if p.HasTokens() {
-		return min(p.Requests.Capacity, p.Tokens.Capacity)
+		most = min(most, p.Tokens.Capacity)
 	}
-	return p.Requests.Capacity
+	for _, q := range p.Quotas {
+		most = min(most, q.Allowance)
+	}
+	return most
 }
 
 // String describes p, "capacity 60, refill 60 per 1m", followed by
 // " and tokens: capacity 90000, refill 90000 per 1m" when p has a
-// token_limit.
+// token_limit, and each quota (" and 100000 a month in Europe/Paris").
 func (p Policy) String() string {
+	s := p.Requests.String()
 	if p.HasTokens() {
-		return fmt.Sprintf("%v and tokens: %v", p.Requests, p.Tokens)
+		s = fmt.Sprintf("%v and tokens: %v", p.Requests, p.Tokens)
 	}
-	return p.Requests.String()
+	for _, q := range p.Quotas {
+		s += " and " + q.String()
+		if q.Tokens {
+			s += " of tokens"
+		}
+	}
+	return s
+}
+
+// Equal reports whether p and o are the same policy.
+func (p Policy) Equal(o Policy) bool {
+	return p.Requests == o.Requests && p.Tokens == o.Tokens && slices.Equal(p.Quotas, o.Quotas)
 }
 
 // Default returns the built-in policies: DefaultNamespace with DefaultLimit.
@@ -130,6 +215,15 @@ type namespace struct {
 	Name       string      `yaml:"name"`
 	RateLimit  *rateLimit  `yaml:"rate_limit"`
 	TokenLimit *tokenLimit `yaml:"token_limit"`
+	Quotas     []quota     `yaml:"quotas"`
+}
+
+type quota struct {
+	Period    string `yaml:"period"`
+	Allowance int64  `yaml:"allowance"`
+	TimeZone  string `yaml:"time_zone"`
+	Start     string `yaml:"start"`
+	Counts    string `yaml:"counts"`
 }
 
 type rateLimit struct {
@@ -210,7 +304,85 @@ func (ns namespace) policy() (Policy, error) {
 			return Policy{}, err
 		}
 	}
+	for i, q := range ns.Quotas {
+		c, err := q.quota(p.HasTokens())
+		if err != nil {
+			return Policy{}, fmt.Errorf("quotas[%d].%w", i, err)
+		}
+		p.Quotas = append(p.Quotas, c)
+	}
+	limits := 1 + len(p.Quotas)
+	if p.HasTokens() {
+		limits++
+	}
+	if limits > 8 {
+		return Policy{}, fmt.Errorf("quotas: a namespace combines at most 8 limits and quotas (got %d)", limits)
+	}
 	return p, nil
+}
+
+// zones holds each time zone loaded, by name, so that a config loaded again
+// gives its quotas the same *time.Location, and so quotas equal to the
+// ones it replaces (a Quota is compared with ==).
+var zones sync.Map
+
+// zone returns the time zone name, loaded once.
+func zone(name string) (*time.Location, error) {
+	if loc, ok := zones.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	actual, _ := zones.LoadOrStore(name, loc)
+	return actual.(*time.Location), nil
+}
+
+// periods are the names of a quota's periods.
+var periods = map[string]ratelimit.Period{"day": ratelimit.Day, "week": ratelimit.Week, "month": ratelimit.Month, "year": ratelimit.Year}
+
+// quota is the quota q describes, in a namespace with a token_limit when
+// tokens. The error starts with the field it is about.
+func (q quota) quota(tokens bool) (Quota, error) {
+	period, ok := periods[q.Period]
+	if !ok {
+		return Quota{}, fmt.Errorf("period %q: want day, week, month or year", q.Period)
+	}
+	if q.Allowance < 1 {
+		return Quota{}, fmt.Errorf("allowance must be at least 1 (got %d)", q.Allowance)
+	}
+	loc := time.UTC
+	if q.TimeZone != "" {
+		var err error
+		if loc, err = zone(q.TimeZone); err != nil || q.TimeZone == "Local" {
+			return Quota{}, fmt.Errorf("time_zone %q: not an IANA time zone (Europe/Paris, America/New_York, UTC)", q.TimeZone)
+		}
+	}
+	c := Quota{Quota: ratelimit.CalendarQuota(q.Allowance, period, loc)}
+	if q.Start != "" {
+		start, err := time.ParseInLocation("2006-01-02T15:04", q.Start, loc)
+		if err != nil {
+			if start, err = time.ParseInLocation("2006-01-02T15:04:05", q.Start, loc); err != nil {
+				return Quota{}, fmt.Errorf("start %q: want a local date and time, 2006-01-02T15:04 or 2006-01-02T15:04:05", q.Start)
+			}
+		}
+		c.Start = start
+	}
+	switch q.Counts {
+	case "", "requests":
+	case "tokens":
+		if !tokens {
+			return Quota{}, errors.New("counts: tokens needs the namespace's token_limit")
+		}
+		c.Tokens = true
+	default:
+		return Quota{}, fmt.Errorf("counts %q: want requests or tokens", q.Counts)
+	}
+	if err := c.Validate(); err != nil {
+		return Quota{}, fmt.Errorf("allowance: %s", strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": "))
+	}
+	return c, nil
 }
 
 // limitOf is the limit of perUnit per unit bursting to burst (default
@@ -282,6 +454,8 @@ var goTypes = strings.NewReplacer(
 	"config.namespace", "a namespace (name, rate_limit and token_limit)",
 	"config.rateLimit", "a rate_limit (unit, requests_per_unit, burst)",
 	"config.tokenLimit", "a token_limit (unit, tokens_per_unit, burst)",
+	"[]config.quota", "a list of quotas",
+	"config.quota", "a quota (period, allowance, time_zone, start, counts)",
 	"config.file", "a document with namespaces:",
 	"in type ", "in ",
 )

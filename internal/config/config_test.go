@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ namespaces:
 		t.Fatalf("got %v, want %v", p, want)
 	}
 	for k, v := range want {
-		if p[k] != v {
+		if !p[k].Equal(v) {
 			t.Errorf("%s = %v, want %v", k, p[k], v)
 		}
 	}
@@ -60,7 +61,7 @@ namespaces:
 	}
 	want := Policy{Requests: ratelimit.PerMinute(60), Tokens: ratelimit.NewLimit(90000, time.Minute, 100000)}
 	got := p["chat"]
-	if got != want || !got.HasTokens() || p["default"].HasTokens() {
+	if !got.Equal(want) || !got.HasTokens() || p["default"].HasTokens() {
 		t.Fatalf("chat = %v, want %v", got, want)
 	}
 	if l := got.Limits(); len(l) != 2 || l[0] != want.Requests || l[1] != want.Tokens {
@@ -118,6 +119,13 @@ func TestParseErrors(t *testing.T) {
 		{"namespaces:\n  - name: a\n    rate_limit: 5\n", "into a rate_limit (unit, requests_per_unit, burst)"},
 		{"namespaces:\n  - name: a\n    ratelimit: {unit: second}\n", "field ratelimit not found in a namespace"},
 		{"namespaces: {a: 1}\n", "into a list of namespaces"},
+		{q("{period: month, allowance: 5, time_zone: Mars/Olympus}"), `namespace "a": quotas[0].time_zone "Mars/Olympus": not an IANA time zone`},
+		{q("{period: month, allowance: 0}"), `namespace "a": quotas[0].allowance must be at least 1 (got 0)`},
+		{q("{period: fortnight, allowance: 5}"), `namespace "a": quotas[0].period "fortnight": want day, week, month or year`},
+		{q("{period: month, allowance: 5, start: 'the 15th'}"), `namespace "a": quotas[0].start "the 15th": want a local date and time`},
+		{q("{period: month, allowance: 5, counts: tokens}"), `namespace "a": quotas[0].counts: tokens needs the namespace's token_limit`},
+		{q("{period: month, allowance: 5, count: tokens}"), "field count not found in a quota (period, allowance, time_zone, start, counts)"},
+		{q("{period: day, allowance: 9007199254740993}"), `quotas[0].allowance: quota allowance must be at most 2^53`},
 	}
 	for _, tt := range tests {
 		_, err := Parse([]byte(tt.doc))
@@ -133,6 +141,52 @@ func TestParseErrors(t *testing.T) {
 // TestEnvoyPrefixReserved checks that no namespace may be named like an
 // Envoy rule's ("envoy:4:edge:..."), in any case, and that the error is an
 // invalid argument; names that only look alike stay allowed.
+// q is a document of namespace "a" of 10 a second with the quotas given.
+func q(quotas ...string) string {
+	return "namespaces:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 10}\n    quotas: [" + strings.Join(quotas, ", ") + "]\n"
+}
+
+func TestParseQuotas(t *testing.T) {
+	doc := `namespaces:
+  - name: chat
+    rate_limit: {unit: second, requests_per_unit: 10}
+    token_limit: {unit: minute, tokens_per_unit: 90000}
+    quotas:
+      - {period: month, allowance: 100000, time_zone: Europe/Paris}
+      - {period: month, allowance: 5000000, start: "2026-01-15T09:00", time_zone: Europe/Paris, counts: tokens}
+      - {period: day, allowance: 3000}
+`
+	p, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	paris, _ := time.LoadLocation("Europe/Paris")
+	pol := p["chat"]
+	want := []Quota{
+		{Quota: ratelimit.CalendarQuota(100000, ratelimit.Month, paris)},
+		{Quota: ratelimit.Quota{Allowance: 5000000, Period: ratelimit.Month, Start: time.Date(2026, 1, 15, 9, 0, 0, 0, paris)}, Tokens: true},
+		{Quota: ratelimit.CalendarQuota(3000, ratelimit.Day, nil)},
+	}
+	if len(pol.Quotas) != len(want) {
+		t.Fatalf("quotas %+v", pol.Quotas)
+	}
+	for i := range want {
+		if got := pol.Quotas[i]; got.Allowance != want[i].Allowance || got.Period != want[i].Period || !got.Start.Equal(want[i].Start) ||
+			got.Start.Location().String() != want[i].Start.Location().String() || got.Tokens != want[i].Tokens {
+			t.Errorf("quota %d = %+v, want %+v", i, got, want[i])
+		}
+	}
+	if got := pol.Costs(1, 500); !slices.Equal(got, []int64{1, 500, 1, 500, 1}) {
+		t.Errorf("costs of 1 request of 500 tokens = %v", got)
+	}
+	if got := pol.MaxCost(); got != 10 {
+		t.Errorf("MaxCost = %d, want 10", got)
+	}
+	if s := pol.String(); !strings.Contains(s, "and 100000 a month in Europe/Paris and 5000000 a month from day 15 09:00:00 in Europe/Paris of tokens and 3000 a day in UTC") {
+		t.Errorf("String = %q", s)
+	}
+}
+
 func TestEnvoyPrefixReserved(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
