@@ -88,7 +88,7 @@ func TestQuickRun(t *testing.T) {
 	if n := strings.Count(targets, "| not measured |"); n > 0 {
 		t.Errorf("%d targets not measured by the quick run", n)
 	}
-	for _, s := range []string{scriptOurs, scriptRedisRate, scriptSkeleton, scriptFloor} {
+	for _, s := range []string{scriptOurs, scriptOursQuota, scriptRedisRate, scriptSkeleton, scriptFloor} {
 		if !strings.Contains(report, "| "+s+" | 10000 | ") {
 			t.Errorf("the in-Redis table lacks %s over 10000 subjects", s)
 		}

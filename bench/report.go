@@ -283,7 +283,7 @@ func (rep *report) writeCeiling(w io.Writer) {
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---|")
 	for _, n := range rep.cfg.subjects {
 		ours, _ := rep.ceilingStat(scriptOurs, n)
-		for _, name := range []string{scriptOurs, scriptRedisRate, scriptSkeleton, scriptFloor} {
+		for _, name := range []string{scriptOurs, scriptOursQuota, scriptRedisRate, scriptSkeleton, scriptFloor} {
 			c, ok := rep.ceilingStat(name, n)
 			if !ok {
 				continue

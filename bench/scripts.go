@@ -42,6 +42,7 @@ type serverScript struct {
 // Names of the scripts of the in-Redis comparison (the targets use them).
 const (
 	scriptOurs      = "ours: tokenbucket.lua"
+	scriptOursQuota = "ours, and a monthly quota"
 	scriptRedisRate = "redis_rate v10: GCRA script"
 	scriptSkeleton  = "skeleton: TIME + GET + SET PX"
 	scriptFloor     = "floor: HINCRBY script"
@@ -58,6 +59,10 @@ func serverScripts(p policy) ([]serverScript, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
+	// The same check with a quota of a calendar month that it never
+	// exhausts: the cost a quota adds.
+	rq := r
+	rq.Quotas = []ratelimit.Quota{ratelimit.CalendarQuota(1<<50, ratelimit.Month, nil)}
 	rrBody, rrArgs, err := captureRedisRate(p)
 	if err != nil {
 		return nil, fmt.Errorf("redis_rate's script: %w", err)
@@ -76,6 +81,15 @@ func serverScripts(p policy) ([]serverScript, error) {
 			args: new(script.Encoder).Args(r),
 			check: func(reply any) error {
 				d, err := script.ParseReply(r, reply)
+				if err == nil && !d.Allowed {
+					err = errors.New("a first check on a fresh key was denied")
+				}
+				return err
+			}},
+		{name: scriptOursQuota, tag: "oursq", body: script.Source, sha: script.SHA, fn: script.Function, lib: script.Library,
+			args: new(script.Encoder).Args(rq),
+			check: func(reply any) error {
+				d, err := script.ParseReply(rq, reply)
 				if err == nil && !d.Allowed {
 					err = errors.New("a first check on a fresh key was denied")
 				}

@@ -37,7 +37,7 @@ func TestServerScripts(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	for _, want := range []string{scriptOurs, scriptRedisRate, scriptSkeleton, scriptFloor} {
+	for _, want := range []string{scriptOurs, scriptOursQuota, scriptRedisRate, scriptSkeleton, scriptFloor} {
 		if !names[want] {
 			t.Errorf("no %s among the server scripts", want)
 		}
