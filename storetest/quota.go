@@ -109,6 +109,20 @@ var quotaCases = []envCase{
 			t.Fatalf("lowered to 5 with 10 used: %+v %v; want denied until midnight", d, err)
 		}
 	}},
+	{"a batch decides each item with its quotas, as single checks would", func(t *testing.T, e *env) {
+		l := e.newWith([]ratelimit.Limit{ratelimit.PerSecond(100)}, ratelimit.WithQuotas(ratelimit.CalendarQuota(3, ratelimit.Day, paris), ratelimit.CalendarQuota(50, ratelimit.Month, paris)))
+		res := l.TryAcquireMany(e.ctx, []ratelimit.Item[string]{{Subject: "a", Cost: 2}, {Subject: "a", Cost: 2}, {Subject: "b", Cost: 3}, {Subject: "a", Cost: 1}})
+		wantAllowed := []bool{true, false, true, true}
+		wantLeft := []int64{1, 1, 0, 0}
+		for i, r := range res {
+			if r.Err != nil || r.Decision.Allowed != wantAllowed[i] || len(r.Decision.Standings) != 3 || r.Decision.Standings[1].Remaining != wantLeft[i] {
+				t.Fatalf("item %d: %+v; want allowed %v with %d left today", i, r, wantAllowed[i], wantLeft[i])
+			}
+		}
+		if d := res[1].Decision; d.Binding != 1 || d.RetryAfter != untilMidnight {
+			t.Fatalf("the denied item %+v; want bound by the day's quota until midnight", d)
+		}
+	}},
 	{"a cost above a quota's allowance is refused", func(t *testing.T, e *env) {
 		l := e.newWith([]ratelimit.Limit{ratelimit.PerSecond(100)}, ratelimit.WithQuotas(ratelimit.CalendarQuota(5, ratelimit.Day, paris)))
 		if _, err := l.TryAcquireN(e.ctx, "s", 6); !errors.Is(err, ratelimit.ErrInvalidArgument) {
@@ -148,6 +162,41 @@ var reserveQuotaCases = []envCase{
 		}
 		if d, err := l.TryAcquireN(e.ctx, "s", 100); err != nil || !d.Allowed {
 			t.Fatalf("the overrun's subject in the next window: %+v %v", d, err)
+		}
+	}},
+}
+
+// quotaBatchCases are the BatchStore cases of quotas.
+var quotaBatchCases = []struct {
+	name string
+	run  func(t *testing.T, e *batchEnv)
+}{
+	{"one batch of a policy of one limit, one of several limits and one with quotas", func(t *testing.T, e *batchEnv) {
+		one := e.item("one", 1, ratelimit.PerSecond(10))
+		two := e.item("two", 1, ratelimit.PerSecond(10), ratelimit.PerMinute(100))
+		quota := e.item("quota", 2, ratelimit.PerSecond(10))
+		quota.Request.Quotas = []ratelimit.Quota{ratelimit.CalendarQuota(2, ratelimit.Day, paris)}
+		again := quota
+		again.Request.Cost = 1
+		items := []ratelimit.BatchItem{one, two, quota, again}
+		e.store.ApplyBatch(e.ctx, items)
+		for i, want := range []struct {
+			allowed    bool
+			remaining  int64
+			standings  int
+			binding    int
+			retryAfter time.Duration
+		}{
+			{true, 9, 0, 0, 0},
+			{true, 9, 2, 0, 0},
+			{true, 0, 2, 1, 0},
+			{false, 0, 2, 1, untilMidnight},
+		} {
+			d := items[i].Decision
+			if items[i].Err != nil || d.Allowed != want.allowed || d.Remaining != want.remaining || len(d.Standings) != want.standings ||
+				d.Binding != want.binding || d.RetryAfter != want.retryAfter {
+				t.Fatalf("item %d: %+v %v; want %+v", i, d, items[i].Err, want)
+			}
 		}
 	}},
 }

@@ -29,7 +29,7 @@ func Run(t *testing.T, newStore func(t *testing.T) ratelimit.Store) {
 			return ok
 		})
 	}
-	for _, tc := range batchCases {
+	for _, tc := range append(batchCases, quotaBatchCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			store := newStore(t)
 			bs, ok := store.(ratelimit.BatchStore)
