@@ -29,8 +29,8 @@
 //   - name: api
 //     rate_limit: {unit: second, requests_per_unit: 10}
 //     quotas:
-//       - {period: month, allowance: 100000, time_zone: Europe/Paris}
-//       - {period: day, allowance: 5000, start: "2026-01-01T09:00"}
+//   - {period: month, allowance: 100000, time_zone: Europe/Paris}
+//   - {period: day, allowance: 5000, start: "2026-01-01T09:00"}
 //
 // A quota's period is day, week, month or year; its time_zone an IANA name
 // (default UTC); its start, a local date and time in that zone
