@@ -25,10 +25,10 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
-	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/access"
 	"github.com/exactlimit/ratelimit/internal/config"
 	"github.com/exactlimit/ratelimit/internal/openapi"
+	"github.com/exactlimit/ratelimit/internal/ratelimitheader"
 )
 
 // DefaultTimeout bounds one check when Options.Timeout is zero.
@@ -334,13 +334,15 @@ func (s *Service) answer(ctx context.Context, w http.ResponseWriter, path string
 		w.Header().Set("Retry-After", "1")
 	case !d.Enforced():
 	default:
-		httplimit.SetHeaders(w.Header(), lim.Namespace(), lim.Limits(), d, s.now())
+		if f, ok := ratelimitheader.Of(lim.Namespace(), lim.Limits(), d); ok {
+			f.Set(w.Header(), s.now())
+		}
 		if len(lim.Limits()) == 2 && subject != "" {
 			s.openAIHeaders(ctx, w.Header(), lim, subject)
 		}
 		if !d.Allowed && deny {
 			code = http.StatusTooManyRequests
-			w.Header().Set("Retry-After", fmt.Sprint(max(1, (ceilMillis(d.RetryAfter)+999)/1000)))
+			w.Header().Set(ratelimitheader.RetryAfterHeader, strconv.FormatInt(ratelimitheader.RetryAfter(d.RetryAfter), 10))
 		}
 	}
 	s.reply(w, path, code, out)
