@@ -135,7 +135,7 @@ type RateReport struct {
 }
 
 // LatencyReport is the time of the checks (acquires and peeks) of the last
-// LatencyWindow, from a histogram with bins 19% wide: a percentile is the
+// LatencyWindow, from a histogram with bins at most 20% wide: a percentile is the
 // upper bound of its bin.
 type LatencyReport struct {
 	WindowSeconds int64   `json:"window_seconds"`
@@ -266,8 +266,8 @@ func (st *Stats) report(name string, now time.Time, policy Policy) NamespaceRepo
 		Latency: LatencyReport{
 			WindowSeconds: int64(LatencyWindow / time.Second),
 			Count:         total,
-			P50Ms:         millis(quantile(&bins, total, 0.50)),
-			P99Ms:         millis(quantile(&bins, total, 0.99)),
+			P50Ms:         millis(checkLatency.Quantile(bins[:], total, 0.50)),
+			P99Ms:         millis(checkLatency.Quantile(bins[:], total, 0.99)),
 		},
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/internal/latency"
 )
 
 // Store kinds, for Options.StoreKind.
@@ -45,17 +45,20 @@ const (
 )
 
 const (
-	rateSlots    = RatePoints + 4                    // the points, the current step and spares, so a reader never sees a slot being reused
-	latencySlots = int64(LatencyWindow/RateStep) + 1 // the window and the current step
-	latencyBins  = 4 * (latencyMaxOctave - latencyMinOctave + 1)
-	maxParts     = 256                           // masters remembered from fallback events
-	stepSeconds  = int64(RateStep / time.Second) // RateStep is whole seconds
+	rateSlots    = RatePoints + 4                                 // the points, the current step and spares, so a reader never sees a slot being reused
+	latencySlots = int64(LatencyWindow/RateStep) + 1              // the window and the current step
+	latencyBins  = (latencyMaxOctave - latencyMinOctave + 1) << 2 // checkLatency.Len()
+	maxParts     = 256                                            // masters remembered from fallback events
+	stepSeconds  = int64(RateStep / time.Second)                  // RateStep is whole seconds
 	halfLifeSecs = int64(TopDeniedHalfLife / time.Second)
 )
 
-// The latency histogram: 4 bins per power of two of nanoseconds, from 2^10
-// ns (about 1 µs) to 2^34 ns (about 17 s). A bin spans at most 19% of its
-// upper bound; shorter and longer latencies fall in the first and last bins.
+// checkLatency bins the checks' latencies: 4 bins per power of two of
+// nanoseconds, from 2^10 ns (about 1 µs) to 2^35 ns (about 34 s). A bin
+// spans at most 20% of its upper bound; shorter and longer latencies fall
+// in the first and last bins.
+var checkLatency = latency.Layout{SubBits: 2, MinOctave: latencyMinOctave, MaxOctave: latencyMaxOctave}
+
 const (
 	latencyMinOctave = 10
 	latencyMaxOctave = 34
@@ -303,7 +306,7 @@ func (r *latencyRing) add(step int64, d time.Duration) {
 		}
 		r.mu.Unlock()
 	}
-	sl.bins[latencyBin(d)].Add(1)
+	sl.bins[checkLatency.Bin(d)].Add(1)
 }
 
 // histogram sums the bins of the steps of LatencyWindow ending with last.
@@ -321,44 +324,6 @@ func (r *latencyRing) histogram(last int64) (bins [latencyBins]uint64, total uin
 		}
 	}
 	return bins, total
-}
-
-// latencyBin returns the histogram bin of d.
-func latencyBin(d time.Duration) int {
-	ns := uint64(max(d, 0))
-	octave := bits.Len64(ns) - 1 // ns in [2^octave, 2^(octave+1))
-	if octave < latencyMinOctave {
-		return 0
-	}
-	if octave > latencyMaxOctave {
-		return latencyBins - 1
-	}
-	quarter := int(ns>>(octave-2)) & 3
-	return 4*(octave-latencyMinOctave) + quarter
-}
-
-// latencyUpper returns the upper bound of bin i.
-func latencyUpper(i int) time.Duration {
-	octave := latencyMinOctave + i/4
-	quarter := i % 4
-	return time.Duration(uint64(4+quarter+1) << (octave - 2))
-}
-
-// quantile returns the upper bound of the bin holding quantile q of bins.
-func quantile(bins *[latencyBins]uint64, total uint64, q float64) time.Duration {
-	if total == 0 {
-		return 0
-	}
-	rank := uint64(q*float64(total) + 0.999999)
-	rank = min(max(rank, 1), total)
-	var seen uint64
-	for i, n := range bins {
-		seen += n
-		if seen >= rank {
-			return latencyUpper(i)
-		}
-	}
-	return latencyUpper(latencyBins - 1)
 }
 
 // partState is the last known state of the primary (partition "") or of a

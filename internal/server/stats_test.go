@@ -139,7 +139,7 @@ func TestLatencyBins(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 10000 {
 		d := time.Duration(1<<latencyMinOctave + rng.Int64N(1<<latencyMaxOctave))
-		up := latencyUpper(latencyBin(d))
+		up := checkLatency.Upper(checkLatency.Bin(d))
 		if up <= d || float64(up) > 1.25*float64(d) {
 			t.Fatalf("%v falls in the bin with upper bound %v: want above it by at most 25%%", d, up)
 		}
@@ -151,8 +151,8 @@ func TestLatencyBins(t *testing.T) {
 		{0, 0}, {-time.Second, 0}, {time.Nanosecond, 0}, {1023, 0}, {1024, 0}, {1280, 1},
 		{time.Hour, latencyBins - 1},
 	} {
-		if got := latencyBin(tc.d); got != tc.bin {
-			t.Errorf("latencyBin(%v) = %d, want %d", tc.d, got, tc.bin)
+		if got := checkLatency.Bin(tc.d); got != tc.bin {
+			t.Errorf("checkLatency.Bin(%v) = %d, want %d", tc.d, got, tc.bin)
 		}
 	}
 }
