@@ -1,7 +1,7 @@
 // Package server is the HTTP decision service of the ratelimit command: the
 // JSON API (POST /v1/acquire, /v1/peek, /v1/reset, /v1/reserve, /v1/settle,
 // GET /v1/config), /healthz (liveness), /readyz (readiness), /metrics, an
-// operator page (GET /, reading GET /v1/stats; see Stats), and a
+// operator page (GET /, reading GET /v1/stats; package operator), and a
 // rate-limiting reverse proxy built on package httplimit.
 //
 // Policies are a set of namespaces, each with its limits (package config),
@@ -28,6 +28,7 @@ import (
 	"github.com/exactlimit/ratelimit/internal/access"
 	"github.com/exactlimit/ratelimit/internal/config"
 	"github.com/exactlimit/ratelimit/internal/openapi"
+	"github.com/exactlimit/ratelimit/internal/operator"
 	"github.com/exactlimit/ratelimit/internal/ratelimitheader"
 )
 
@@ -42,8 +43,8 @@ type Options struct {
 	// StoreName describes the store in /healthz and the log, e.g. "memory"
 	// or "redis 127.0.0.1:6379". It must not hold a password.
 	StoreName string
-	// StoreKind is StoreEmbedded, StoreRedis or StoreCluster, for the
-	// operator page ("" when unknown).
+	// StoreKind is operator.StoreEmbedded, StoreRedis or StoreCluster, for
+	// the operator page ("" when unknown).
 	StoreKind string
 	// Masters lists a Cluster's masters (host:port), for the operator
 	// page, which shows the state of each. It is called with a short
@@ -70,11 +71,11 @@ type Options struct {
 	// Metrics receives the service's metrics (default: a new Metrics).
 	// Its Observer is attached to the Limiter of every namespace.
 	Metrics *Metrics
-	// Stats receives the figures of the operator page (default: a new
-	// Stats with no store kind and no most-denied subjects). Like Metrics,
-	// it is attached to the Limiter of every namespace; it records the
-	// reloads too.
-	Stats *Stats
+	// Stats receives the figures of the operator page (default: new
+	// operator.Stats with no most-denied subjects). Like Metrics, it is
+	// attached to the Limiter of every namespace; it records the reloads
+	// too.
+	Stats *operator.Stats
 	// Logger receives errors and reloads (default: discard).
 	Logger *slog.Logger
 	// Version is the build's version, for ratelimit_build_info and
@@ -88,7 +89,7 @@ type Options struct {
 	// whose decisions reach Stats (and Metrics) under their own namespace
 	// (EnvoyDomain.Name): the operator page and /v1/stats show them after
 	// the namespaces.
-	Envoy func() []EnvoyDomain
+	Envoy func() []operator.EnvoyDomain
 	// Clock, when set, is the time of every check and of the headers. By
 	// default checks use the store's clock (Redis's TIME) and headers
 	// time.Now. Tests set it.
@@ -101,7 +102,7 @@ type Service struct {
 	name       string
 	kind       string
 	masters    func(ctx context.Context) ([]string, error)
-	envoy      func() []EnvoyDomain
+	envoy      func() []operator.EnvoyDomain
 	access     access.Checker // the tokens and AllowHosts
 	draining   atomic.Bool
 	authLog    rateLimitedLog
@@ -112,7 +113,7 @@ type Service struct {
 	hasOutage  bool // the store has an outage behaviour (Options.Degraded set)
 	ping       func(context.Context) error
 	metrics    *Metrics
-	stats      *Stats
+	stats      *operator.Stats
 	log        *slog.Logger
 	clock      func() time.Time
 	now        func() time.Time
@@ -158,7 +159,7 @@ func New(o Options) (*Service, error) {
 		s.metrics = NewMetrics()
 	}
 	if s.stats == nil {
-		s.stats = NewStats(StatsOptions{Clock: o.Clock})
+		s.stats = operator.NewStats(operator.StatsOptions{Clock: o.Clock})
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -1,10 +1,9 @@
-package server
+package operator
 
 import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,10 +12,9 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
-	"github.com/exactlimit/ratelimit/internal/latency"
 )
 
-// Store kinds, for Options.StoreKind.
+// Store kinds, for StoreReport.Kind.
 const (
 	StoreEmbedded = "embedded" // memstore, in this process
 	StoreRedis    = "redis"    // one Redis server (or Sentinel)
@@ -51,17 +49,6 @@ const (
 	maxParts     = 256                                            // masters remembered from fallback events
 	stepSeconds  = int64(RateStep / time.Second)                  // RateStep is whole seconds
 	halfLifeSecs = int64(TopDeniedHalfLife / time.Second)
-)
-
-// checkLatency bins the checks' latencies: 4 bins per power of two of
-// nanoseconds, from 2^10 ns (about 1 µs) to 2^35 ns (about 34 s). A bin
-// spans at most 20% of its upper bound; shorter and longer latencies fall
-// in the first and last bins.
-var checkLatency = latency.Layout{SubBits: 2, MinOctave: latencyMinOctave, MaxOctave: latencyMaxOctave}
-
-const (
-	latencyMinOctave = 10
-	latencyMaxOctave = 34
 )
 
 // StatsOptions configure Stats.
@@ -168,8 +155,9 @@ func (s *Stats) ObserveFallback(_ context.Context, e fallback.Event) {
 	}
 }
 
-// recordReload records the outcome of a config reload.
-func (s *Stats) recordReload(file string, err error) {
+// RecordReload records the outcome of a config reload of file: err is
+// nil when it was put in force.
+func (s *Stats) RecordReload(file string, err error) {
 	r := &reloadState{file: file, at: s.clock(), ok: err == nil, err: errString(err)}
 	s.mu.Lock()
 	s.reload = r
@@ -230,102 +218,6 @@ type nsStats struct {
 	latency                 latencyRing
 }
 
-// rateRing counts the acquires of each step (a RateStep of the clock) in a
-// ring of slots. A slot is claimed for a step by the first event of the
-// step; an event of a step older than its slot's is dropped from the ring
-// (it is in the totals).
-type rateRing struct {
-	mu    sync.Mutex // held only to claim a slot for a new step
-	slots [rateSlots]rateSlot
-}
-
-type rateSlot struct {
-	step            atomic.Int64
-	allowed, denied atomic.Uint32 // in one step: 4e9 is far beyond any store's rate
-}
-
-func (r *rateRing) add(step int64, allowed bool) {
-	sl := &r.slots[uint64(step)%rateSlots]
-	if sl.step.Load() != step {
-		r.mu.Lock()
-		if cur := sl.step.Load(); cur < step {
-			sl.allowed.Store(0)
-			sl.denied.Store(0)
-			sl.step.Store(step)
-		} else if cur > step {
-			r.mu.Unlock()
-			return
-		}
-		r.mu.Unlock()
-	}
-	if allowed {
-		sl.allowed.Add(1)
-	} else {
-		sl.denied.Add(1)
-	}
-}
-
-// counts returns the acquires allowed and denied in each of the n steps
-// ending with step last, oldest first.
-func (r *rateRing) counts(last int64, n int) (allowed, denied []uint64) {
-	allowed, denied = make([]uint64, n), make([]uint64, n)
-	for i := range n {
-		step := last - int64(n-1-i)
-		sl := &r.slots[uint64(step)%rateSlots]
-		if sl.step.Load() == step {
-			allowed[i], denied[i] = uint64(sl.allowed.Load()), uint64(sl.denied.Load())
-		}
-	}
-	return allowed, denied
-}
-
-// latencyRing is a latency histogram per step, over the steps of
-// LatencyWindow.
-type latencyRing struct {
-	mu    sync.Mutex
-	slots [latencySlots]latencySlot
-}
-
-type latencySlot struct {
-	step atomic.Int64
-	bins [latencyBins]atomic.Uint32
-}
-
-func (r *latencyRing) add(step int64, d time.Duration) {
-	sl := &r.slots[uint64(step)%uint64(latencySlots)]
-	if sl.step.Load() != step {
-		r.mu.Lock()
-		if cur := sl.step.Load(); cur < step {
-			for i := range sl.bins {
-				sl.bins[i].Store(0)
-			}
-			sl.step.Store(step)
-		} else if cur > step {
-			r.mu.Unlock()
-			return
-		}
-		r.mu.Unlock()
-	}
-	sl.bins[checkLatency.Bin(d)].Add(1)
-}
-
-// histogram sums the bins of the steps of LatencyWindow ending with last.
-func (r *latencyRing) histogram(last int64) (bins [latencyBins]uint64, total uint64) {
-	for i := range int64(latencySlots) {
-		step := last - i
-		sl := &r.slots[uint64(step)%uint64(latencySlots)]
-		if sl.step.Load() != step {
-			continue
-		}
-		for j := range bins {
-			n := uint64(sl.bins[j].Load())
-			bins[j] += n
-			total += n
-		}
-	}
-	return bins, total
-}
-
 // partState is the last known state of the primary (partition "") or of a
 // Cluster master.
 type partState struct {
@@ -340,77 +232,4 @@ type reloadState struct {
 	at   time.Time
 	ok   bool
 	err  string
-}
-
-// spaceSaving is the Space-Saving heavy-hitters sketch (Metwally, Agrawal
-// and El Abbadi, 2005) over a fixed number of counters, with the counts
-// halved every half-life so that it ranks the last minutes. Any subject
-// denied more than a 1/len(counters) share of the (decayed) denials is in
-// it; a count overestimates by at most its err. The caller locks.
-type spaceSaving struct {
-	counters []counter
-	epoch    int64 // half-lives since the Unix epoch, at the last decay
-}
-
-type counter struct {
-	namespace, subject string
-	count, err         uint64
-}
-
-func newSpaceSaving(n int) *spaceSaving { return &spaceSaving{counters: make([]counter, 0, n)} }
-
-// add counts one denial of subject in namespace ns at half-life epoch.
-func (s *spaceSaving) add(ns, subject string, epoch int64) {
-	s.decay(epoch)
-	lowest := -1
-	for i := range s.counters {
-		c := &s.counters[i]
-		if c.subject == subject && c.namespace == ns {
-			c.count++
-			return
-		}
-		if lowest < 0 || c.count < s.counters[lowest].count {
-			lowest = i
-		}
-	}
-	if len(s.counters) < cap(s.counters) {
-		s.counters = append(s.counters, counter{namespace: ns, subject: subject, count: 1})
-		return
-	}
-	c := &s.counters[lowest]
-	*c = counter{namespace: ns, subject: subject, count: c.count + 1, err: c.count}
-}
-
-// decay halves the counts once per half-life passed since the last decay,
-// and frees the counters that fall to zero.
-func (s *spaceSaving) decay(epoch int64) {
-	if epoch <= s.epoch {
-		return
-	}
-	shift := min(epoch-s.epoch, 63)
-	s.epoch = epoch
-	s.counters = slices.DeleteFunc(s.counters, func(c counter) bool {
-		c.count >>= shift
-		return c.count == 0
-	})
-	for i := range s.counters {
-		s.counters[i].count >>= shift
-		s.counters[i].err >>= shift
-	}
-}
-
-// top returns the n highest counters at epoch, highest first.
-func (s *spaceSaving) top(n int, epoch int64) []counter {
-	s.decay(epoch)
-	out := slices.Clone(s.counters)
-	slices.SortFunc(out, func(a, b counter) int {
-		if a.count != b.count {
-			if a.count > b.count {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.namespace+"\x00"+a.subject, b.namespace+"\x00"+b.subject)
-	})
-	return out[:min(n, len(out))]
 }
