@@ -79,8 +79,6 @@ type ReserveRequest struct {
 	TTLMs *int64 `json:"ttl_ms"`
 }
 
-var reserveFields = []string{"namespace", "subject", "cost", "ttl_ms"}
-
 // SettleRequest is the body of POST /v1/settle.
 type SettleRequest struct {
 	// Namespace is the namespace the reservation was made in.
@@ -94,8 +92,6 @@ type SettleRequest struct {
 	Used Counts `json:"used"`
 }
 
-var settleFields = []string{"namespace", "token", "used"}
-
 // reserve is POST /v1/reserve: reserve an estimate from a subject's bucket,
 // answered as /v1/acquire answers, with the reservation's token when it is
 // allowed.
@@ -105,7 +101,7 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req ReserveRequest
-	if code, msg := decodeBody(w, r, &req, reserveFields); code != 0 {
+	if code, msg := s.decodeBody(w, r, field{"namespace", &req.Namespace}, field{"subject", &req.Subject}, field{"cost", &req.Cost}, field{"ttl_ms", &req.TTLMs}); code != 0 {
 		s.fail(w, path, code, msg)
 		return
 	}
@@ -113,7 +109,7 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, path, code, msg)
 		return
 	}
-	lim, ns, ok := s.limiterFor(w, r, path, req.Namespace)
+	ns, _, lim, ok := s.lookup(w, path, req.Namespace)
 	if !ok {
 		return
 	}
@@ -170,7 +166,7 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req SettleRequest
-	if code, msg := decodeBody(w, r, &req, settleFields); code != 0 {
+	if code, msg := s.decodeBody(w, r, field{"namespace", &req.Namespace}, field{"token", &req.Token}, field{"used", &req.Used}); code != 0 {
 		s.fail(w, path, code, msg)
 		return
 	}
@@ -185,7 +181,7 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, path, http.StatusBadRequest, `used is required: what the work used, such as 480, or [1, 480] for a request of 480 tokens; 0 gives the reservation back`)
 		return
 	}
-	lim, ns, ok := s.limiterFor(w, r, path, req.Namespace)
+	ns, _, lim, ok := s.lookup(w, path, req.Namespace)
 	if !ok {
 		return
 	}
@@ -204,21 +200,6 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 	}
 	out := NewDecision(ns, "", 0, d)
 	s.answer(r.Context(), w, path, lim, "", &out, d, false)
-}
-
-// limiterFor looks namespace name up as lookup does and returns its Limiter
-// and full name; false when it has answered the request already.
-func (s *Service) limiterFor(w http.ResponseWriter, r *http.Request, path, name string) (*ratelimit.Limiter[string], string, bool) {
-	ns, _, ok := s.lookup(w, path, name)
-	if !ok {
-		return nil, ns, false
-	}
-	lim := s.policies.Load().limiters[ns]
-	if lim == nil {
-		s.failed(w, r, path, ns, errUnknownNamespace)
-		return nil, ns, false
-	}
-	return lim, ns, true
 }
 
 // logFailure logs an operation's error that is not the request's own, at

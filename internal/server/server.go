@@ -120,7 +120,8 @@ type Service struct {
 	policies   atomic.Pointer[policySet]
 	pinned     atomic.Pointer[[]string]
 	errLog     rateLimitedLog
-	exposition http.Handler // /metrics
+	decodes    atomic.Uint64 // request bodies decoded (decodeBody)
+	exposition http.Handler  // /metrics
 }
 
 // New returns a Service. The error reports a missing store or an invalid
@@ -182,7 +183,8 @@ func New(o Options) (*Service, error) {
 	return s, nil
 }
 
-// errUnknownNamespace is returned by check for a namespace not in force.
+// errUnknownNamespace is the proxy's error for a namespace not in force,
+// which Pin keeps from happening.
 var errUnknownNamespace = errors.New("unknown namespace")
 
 type op string
@@ -193,14 +195,10 @@ const (
 	opReset   op = "reset"
 )
 
-// check runs one operation on subject's bucket in namespace ns, bounded by
-// the service's timeout. The namespace's Limiter tells the metrics' observer
-// about it.
-func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int64) (ratelimit.Decision, *ratelimit.Limiter[string], error) {
-	lim := s.policies.Load().limiters[ns]
-	if lim == nil {
-		return ratelimit.Decision{}, nil, errUnknownNamespace
-	}
+// check runs one operation on subject's bucket under lim, a namespace's
+// Limiter, bounded by the service's timeout. The Limiter tells the metrics'
+// observer about it.
+func (s *Service) check(ctx context.Context, o op, lim *ratelimit.Limiter[string], subject string, cost int64) (ratelimit.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var d ratelimit.Decision
@@ -216,7 +214,7 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 	if err != nil {
 		s.logFailure(string(o), lim, subject, err)
 	}
-	return d, lim, err
+	return d, err
 }
 
 // Handler returns the service's HTTP API: POST /v1/acquire, /v1/peek,
@@ -261,7 +259,7 @@ func (s *Service) api(o op) http.Handler {
 			s.fail(w, path, code, msg)
 			return
 		}
-		ns, pol, ok := s.lookup(w, path, req.Namespace)
+		ns, pol, lim, ok := s.lookup(w, path, req.Namespace)
 		if !ok {
 			return
 		}
@@ -278,7 +276,7 @@ func (s *Service) api(o op) http.Handler {
 				return
 			}
 		}
-		d, lim, err := s.check(r.Context(), o, ns, req.Subject, cost)
+		d, err := s.check(r.Context(), o, lim, req.Subject, cost)
 		if s.failed(w, r, path, ns, err) {
 			return
 		}
@@ -295,9 +293,8 @@ func (s *Service) api(o op) http.Handler {
 }
 
 // failed answers err, an operation's error, and returns true; it returns
-// false when err is nil. A namespace removed by a reload since the request
-// was read is a 404, an invalid argument a 400, a store that cannot answer
-// a 503 with Retry-After: 1; a client that is gone gets nothing.
+// false when err is nil. An invalid argument is a 400, a store that cannot
+// answer a 503 with Retry-After: 1; a client that is gone gets nothing.
 func (s *Service) failed(w http.ResponseWriter, r *http.Request, path, ns string, err error) bool {
 	return s.failedSaying(w, r, path, ns, err, "rate limit store unavailable")
 }
@@ -307,8 +304,6 @@ func (s *Service) failedSaying(w http.ResponseWriter, r *http.Request, path, ns 
 	switch {
 	case err == nil:
 		return false
-	case errors.Is(err, errUnknownNamespace):
-		s.fail(w, path, http.StatusNotFound, fmt.Sprintf("unknown namespace %q", ns))
 	case errors.Is(err, ratelimit.ErrInvalidArgument):
 		s.fail(w, path, http.StatusBadRequest, strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": "))
 	case r.Context().Err() != nil:
@@ -370,22 +365,25 @@ func (s *Service) begin(w http.ResponseWriter, r *http.Request, path string) boo
 }
 
 // lookup finds namespace name ("" for config.DefaultNamespace) among the
-// policies in force. When there is none it answers (400 for a reserved name,
-// 404 for an unknown one) and returns false.
-func (s *Service) lookup(w http.ResponseWriter, path, name string) (string, config.Policy, bool) {
+// policies in force, and returns its full name, limits and Limiter, from one
+// snapshot of the set: a reload during the request does not split it. When
+// there is none it answers (400 for a reserved name, 404 for an unknown
+// one) and returns false.
+func (s *Service) lookup(w http.ResponseWriter, path, name string) (string, config.Policy, *ratelimit.Limiter[string], bool) {
 	if name == "" {
 		name = config.DefaultNamespace
 	}
 	if err := reservedName(name); err != nil {
 		s.fail(w, path, http.StatusBadRequest, err.Error())
-		return name, config.Policy{}, false
+		return name, config.Policy{}, nil, false
 	}
 	set := s.policies.Load()
-	pol, ok := set.limits[name]
-	if !ok {
+	lim := set.limiters[name]
+	if lim == nil {
 		s.fail(w, path, http.StatusNotFound, fmt.Sprintf("unknown namespace %q (known: %s)", name, knownNames(set)))
+		return name, config.Policy{}, nil, false
 	}
-	return name, pol, ok
+	return name, set.limits[name], lim, true
 }
 
 func (s *Service) serveMetrics(w http.ResponseWriter, r *http.Request) {
