@@ -143,8 +143,9 @@ func (f Fields) Value() string {
 
 // Each calls set with each field's name and value: RateLimit-Policy,
 // RateLimit, and X-RateLimit-Limit, -Remaining and -Reset (the Unix time,
-// in seconds rounded up, at now + Bound.ResetAfter). Retry-After is not
-// among them: it belongs to denials, and RetryAfter gives it.
+// in seconds rounded up, when the bound limit's bucket is full: now plus
+// its ResetAfter). Retry-After is not among them: it belongs to denials,
+// and RetryAfter gives it.
 func (f Fields) Each(now time.Time, set func(name, value string)) {
 	set(PolicyHeader, f.PolicyValue())
 	set(RateLimitHeader, f.Value())

@@ -183,7 +183,7 @@ func jsonValueKind(tok json.Token) string {
 // decode reads an APIRequest, or returns the status and message of why it
 // cannot.
 func (s *Service) decode(w http.ResponseWriter, r *http.Request) (req APIRequest, code int, msg string) {
-	code, msg = s.decodeBody(w, r, field{"namespace", &req.Namespace}, field{"subject", &req.Subject}, field{"cost", &req.Cost})
+	code, msg = s.decodeBody(w, r, req.fields()...)
 	if code != 0 {
 		return req, code, msg
 	}

@@ -7,17 +7,23 @@ import (
 	"github.com/exactlimit/ratelimit/internal/config"
 )
 
-// APIRequest is the body of every /v1/ request.
+// APIRequest is the body of POST /v1/acquire, /v1/peek and /v1/reset; its
+// fields' JSON names are those of fields.
 type APIRequest struct {
 	// Namespace names the policy; empty means config.DefaultNamespace.
-	Namespace string `json:"namespace"`
+	Namespace string
 	// Subject is whose bucket to use: a user, an API key, an IP address.
-	Subject string `json:"subject"`
+	Subject string
 	// Cost is the tokens acquire takes (default 1), from each of the
 	// namespace's limits. When set it must be 1 up to the namespace's
 	// capacity (the smaller one, with a token_limit) for every operation;
 	// peek and reset ignore its value.
-	Cost *int64 `json:"cost"`
+	Cost *int64
+}
+
+// fields are the body's fields: "namespace", "subject" and "cost".
+func (r *APIRequest) fields() []field {
+	return []field{{"namespace", &r.Namespace}, {"subject", &r.Subject}, {"cost", &r.Cost}}
 }
 
 // Decision is the JSON form of a ratelimit.Decision.

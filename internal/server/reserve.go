@@ -63,33 +63,46 @@ func (c *Counts) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ReserveRequest is the body of POST /v1/reserve.
+// ReserveRequest is the body of POST /v1/reserve; its fields' JSON names
+// are those of fields.
 type ReserveRequest struct {
 	// Namespace names the policy; empty means config.DefaultNamespace.
-	Namespace string `json:"namespace"`
+	Namespace string
 	// Subject is whose bucket to reserve from.
-	Subject string `json:"subject"`
+	Subject string
 	// Cost is the estimate (default 1): one cost for every limit, or one
 	// per limit ([1, 500] for a request of 500 tokens), each between 1
 	// and its limit's capacity.
-	Cost Counts `json:"cost"`
+	Cost Counts
 	// TTLMs is the reservation's lifetime in milliseconds, 1 up to
 	// MaxReservationTTL (default DefaultReservationTTL): not settled by
 	// then, it is kept as taken.
-	TTLMs *int64 `json:"ttl_ms"`
+	TTLMs *int64
 }
 
-// SettleRequest is the body of POST /v1/settle.
+// fields are the body's fields: "namespace", "subject", "cost" and
+// "ttl_ms".
+func (r *ReserveRequest) fields() []field {
+	return []field{{"namespace", &r.Namespace}, {"subject", &r.Subject}, {"cost", &r.Cost}, {"ttl_ms", &r.TTLMs}}
+}
+
+// SettleRequest is the body of POST /v1/settle; its fields' JSON names are
+// those of fields.
 type SettleRequest struct {
 	// Namespace is the namespace the reservation was made in.
-	Namespace string `json:"namespace"`
+	Namespace string
 	// Token is the reservation, as /v1/reserve returned it.
-	Token string `json:"token"`
+	Token string
 	// Used is what the work used: one count for every limit, or one per
 	// limit ([1, 480]); 0 gives the whole reservation back. It is
 	// required: missing or null (or a null in the array), the settle is
 	// refused and changes nothing.
-	Used Counts `json:"used"`
+	Used Counts
+}
+
+// fields are the body's fields: "namespace", "token" and "used".
+func (r *SettleRequest) fields() []field {
+	return []field{{"namespace", &r.Namespace}, {"token", &r.Token}, {"used", &r.Used}}
 }
 
 // reserve is POST /v1/reserve: reserve an estimate from a subject's bucket,
@@ -101,7 +114,7 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req ReserveRequest
-	if code, msg := s.decodeBody(w, r, field{"namespace", &req.Namespace}, field{"subject", &req.Subject}, field{"cost", &req.Cost}, field{"ttl_ms", &req.TTLMs}); code != 0 {
+	if code, msg := s.decodeBody(w, r, req.fields()...); code != 0 {
 		s.fail(w, path, code, msg)
 		return
 	}
@@ -166,7 +179,7 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req SettleRequest
-	if code, msg := s.decodeBody(w, r, field{"namespace", &req.Namespace}, field{"token", &req.Token}, field{"used", &req.Used}); code != 0 {
+	if code, msg := s.decodeBody(w, r, req.fields()...); code != 0 {
 		s.fail(w, path, code, msg)
 		return
 	}
