@@ -12,11 +12,13 @@ import (
 // nanoseconds, from 2^10 ns (about 1 µs) to 2^35 ns (about 34 s). A bin
 // spans at most 20% of its upper bound; shorter and longer latencies fall
 // in the first and last bins.
-var checkLatency = latency.Layout{SubBits: 2, MinOctave: latencyMinOctave, MaxOctave: latencyMaxOctave}
+var checkLatency = latency.Layout{SubBits: latencySubBits, MinOctave: latencyMinOctave, MaxOctave: latencyMaxOctave}
 
 const (
+	latencySubBits   = 2
 	latencyMinOctave = 10
 	latencyMaxOctave = 34
+	latencyBins      = (latencyMaxOctave - latencyMinOctave + 1) << latencySubBits // checkLatency.Len(), as a constant
 )
 
 // rateRing counts the acquires of each step (a RateStep of the clock) in a

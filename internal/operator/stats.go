@@ -43,11 +43,10 @@ const (
 )
 
 const (
-	rateSlots    = RatePoints + 4                                 // the points, the current step and spares, so a reader never sees a slot being reused
-	latencySlots = int64(LatencyWindow/RateStep) + 1              // the window and the current step
-	latencyBins  = (latencyMaxOctave - latencyMinOctave + 1) << 2 // checkLatency.Len()
-	maxParts     = 256                                            // masters remembered from fallback events
-	stepSeconds  = int64(RateStep / time.Second)                  // RateStep is whole seconds
+	rateSlots    = RatePoints + 4                    // the points, the current step and spares, so a reader never sees a slot being reused
+	latencySlots = int64(LatencyWindow/RateStep) + 1 // the window and the current step
+	maxParts     = 256                               // masters remembered from fallback events
+	stepSeconds  = int64(RateStep / time.Second)     // RateStep is whole seconds
 	halfLifeSecs = int64(TopDeniedHalfLife / time.Second)
 )
 
@@ -68,8 +67,8 @@ type StatsOptions struct {
 // as package fallback reports them; the last config reload; and, with
 // StatsOptions.TopDenied, the most denied subjects.
 //
-// A Stats is a ratelimit.Observer: the Service attaches it to every
-// namespace's Limiter beside its Metrics; give it to the store too
+// A Stats is a ratelimit.Observer: the HTTP API (package server) attaches
+// it to every namespace's Limiter beside its metrics; give it to the store too
 // (fallback.WithObserver) so that it sees outages. Its memory is fixed,
 // whatever the traffic: about 6 KiB per namespace that has seen a check and,
 // for the subjects, TopDeniedCounters counters. It is safe for simultaneous

@@ -133,6 +133,9 @@ func TestRateRing(t *testing.T) {
 }
 
 func TestLatencyBins(t *testing.T) {
+	if checkLatency.Len() != latencyBins {
+		t.Fatalf("the layout has %d bins, the ring's slots %d", checkLatency.Len(), latencyBins)
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 10000 {
 		d := time.Duration(1<<latencyMinOctave + rng.Int64N(1<<latencyMaxOctave))
