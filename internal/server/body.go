@@ -103,9 +103,16 @@ func (s *Service) decodeBody(w http.ResponseWriter, r *http.Request, fields ...f
 }
 
 // decodeFields decodes the members of the object dec, a decoder of data,
-// is in, up to its closing brace, into fields.
+// is in, up to its closing brace, into fields. The errors rank as
+// encoding/json with a check of the names before it would rank them: a
+// name that is not one of fields, or given twice, first, then a syntax
+// error, then a value that does not fit its field (one an Unmarshaler
+// refuses before one of the wrong type), whichever comes first in the
+// body; the decoding goes on past a value that does not fit, so that
+// what outranks it is found.
 func decodeFields(dec *json.Decoder, data []byte, fields []field) (code int, msg string) {
 	var seen uint64 // a bit per field
+	var refused, mistyped string
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -120,19 +127,29 @@ func decodeFields(dec *json.Decoder, data []byte, fields []field) (code int, msg
 			return http.StatusBadRequest, fmt.Sprintf("field %q appears twice", name)
 		}
 		seen |= 1 << i
-		if err := dec.Decode(fields[i].dst); err != nil {
-			if code, msg := malformed(data); code != 0 {
-				return code, msg
+		err = dec.Decode(fields[i].dst) // past the value, unless it is malformed
+		var typ *json.UnmarshalTypeError
+		var syn *json.SyntaxError
+		switch {
+		case err == nil:
+		case errors.As(err, &syn), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+			return syntaxError(err, data)
+		case errors.As(err, &typ):
+			if mistyped == "" {
+				mistyped = fmt.Sprintf("field %q must be %s, not %s", name, jsonKind(typ.Type.Kind().String()), typ.Value)
 			}
-			var typ *json.UnmarshalTypeError
-			if errors.As(err, &typ) {
-				return http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not %s", name, jsonKind(typ.Type.Kind().String()), typ.Value)
-			}
-			return http.StatusBadRequest, strings.TrimPrefix(err.Error(), "json: ")
+		case refused == "":
+			refused = strings.TrimPrefix(err.Error(), "json: ")
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
 		return syntaxError(err, data)
+	}
+	switch {
+	case refused != "":
+		return http.StatusBadRequest, refused
+	case mistyped != "":
+		return http.StatusBadRequest, mistyped
 	}
 	return 0, ""
 }

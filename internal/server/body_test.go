@@ -71,6 +71,11 @@ func TestStrictJSONFields(t *testing.T) {
 		{"/v1/acquire", `{"SUBJECT":"a"}`, `unknown field "SUBJECT"`},
 		{"/v1/acquire", `{"subject":"a","subject":"b"}`, `field "subject" appears twice`},
 		{"/v1/acquire", `{"subject":"a","cost":1,"cost":2}`, `field "cost" appears twice`},
+		// A name is checked before any value, wherever it stands.
+		{"/v1/acquire", `{"subject":1,"weight":2}`, `unknown field "weight"`},
+		{"/v1/acquire", `{"cost":"2","subject":"a","subject":"b"}`, `field "subject" appears twice`},
+		// A malformed body is told as malformed before a value of the wrong type.
+		{"/v1/acquire", `{"subject":1,"cost":2]`, "malformed JSON at byte 22"},
 		// One rule for cost: 1 up to the capacity, whatever the operation.
 		{"/v1/peek", `{"subject":"a","cost":0}`, "cost must be at least 1"},
 		{"/v1/peek", `{"subject":"a","cost":6,"namespace":"login"}`, "exceeds the capacity 5"},
