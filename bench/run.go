@@ -2,62 +2,19 @@ package main
 
 import (
 	"context"
-	"math/bits"
 	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/exactlimit/ratelimit/internal/latency"
 )
 
-// hist is a log-linear latency histogram in nanoseconds: 32 buckets per
-// power of two, so a quantile is within about 3% of the true value.
-type hist [2048]uint32
-
-func histIndex(ns int64) int {
-	if ns < 64 {
-		return int(max(ns, 0))
-	}
-	e := bits.Len64(uint64(ns)) - 6
-	i := e*32 + int(uint64(ns)>>e)
-	return min(i, len(hist{})-1)
-}
-
-// histValue is the middle of bucket i.
-func histValue(i int) time.Duration {
-	if i < 64 {
-		return time.Duration(i)
-	}
-	e := i/32 - 1
-	m := int64(i - e*32)
-	return time.Duration(m<<e + (int64(1)<<e)/2)
-}
-
-func (h *hist) add(o *hist) {
-	for i, n := range o {
-		h[i] += n
-	}
-}
-
-// quantile returns the q-quantile (0 < q < 1) of the recorded latencies.
-func (h *hist) quantile(q float64) time.Duration {
-	var total uint64
-	for _, n := range h {
-		total += uint64(n)
-	}
-	if total == 0 {
-		return 0
-	}
-	rank := uint64(q*float64(total-1)) + 1
-	var seen uint64
-	for i, n := range h {
-		seen += uint64(n)
-		if seen >= rank {
-			return histValue(i)
-		}
-	}
-	return histValue(len(h) - 1)
-}
+// runLatency bins the checks' latencies: 32 bins per power of two of
+// nanoseconds, so that a quantile, the upper bound of its bin, is within
+// about 3% of the true value; from 64 ns to about 18 minutes.
+var runLatency = latency.Layout{SubBits: 5, MinOctave: 6, MaxOctave: 40}
 
 // result is one timed run of one contender at one concurrency and one
 // number of subjects.
@@ -92,14 +49,14 @@ func runOne(chk Checker, conc int, subjects []string, d time.Duration) result {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	type local struct {
-		h                    hist
+		h                    *latency.Histogram
 		ops, allowed, errors int64
 		firstErr             string
 	}
 	locals := make([]*local, conc)
 	start := time.Now()
 	for w := range conc {
-		l := &local{}
+		l := &local{h: latency.NewHistogram(runLatency)}
 		locals[w] = l
 		wg.Add(1)
 		go func() {
@@ -116,7 +73,7 @@ func runOne(chk Checker, conc int, subjects []string, d time.Duration) result {
 				}
 				t0 := time.Now()
 				ok, err := chk.Check(ctx, s, 1)
-				l.h[histIndex(int64(time.Since(t0)))]++
+				l.h.Record(time.Since(t0))
 				l.ops++
 				switch {
 				case err != nil:
@@ -135,9 +92,9 @@ func runOne(chk Checker, conc int, subjects []string, d time.Duration) result {
 	wg.Wait()
 	elapsed := time.Since(start)
 	var r result
-	var h hist
+	h := latency.NewHistogram(runLatency)
 	for _, l := range locals {
-		h.add(&l.h)
+		h.Merge(l.h)
 		r.ops += l.ops
 		r.allowed += l.allowed
 		r.errors += l.errors
@@ -146,7 +103,7 @@ func runOne(chk Checker, conc int, subjects []string, d time.Duration) result {
 		}
 	}
 	r.elapsed = elapsed
-	r.p50, r.p99 = h.quantile(0.50), h.quantile(0.99)
+	r.p50, r.p99 = h.Quantile(0.50), h.Quantile(0.99)
 	return r
 }
 

@@ -3,7 +3,6 @@ package grpclimit
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/clientkey"
+	"github.com/exactlimit/ratelimit/internal/ratelimitheader"
 )
 
 // Limiter is what the interceptors check calls with: httplimit's, which
@@ -300,15 +300,12 @@ func (in *Interceptor) check(ctx context.Context, method string, req any) (metad
 // x-ratelimit-reset), and, when d is a denial, retry-after in whole seconds
 // rounded up (at least 1).
 func Fields(name string, limits []ratelimit.Limit, d ratelimit.Decision, now time.Time) metadata.MD {
-	h := make(http.Header, 6)
-	httplimit.SetHeaders(h, name, limits, d, now)
-	md := make(metadata.MD, len(h)+1)
-	for k, v := range h {
-		md[strings.ToLower(k)] = v
+	md := make(metadata.MD, 6)
+	if f, ok := ratelimitheader.Of(name, limits, d); ok {
+		f.Each(now, func(k, v string) { md[strings.ToLower(k)] = []string{v} })
 	}
 	if !d.Allowed {
-		secs := max(1, int64((d.RetryAfter+time.Second-1)/time.Second))
-		md["retry-after"] = []string{strconv.FormatInt(secs, 10)}
+		md["retry-after"] = []string{strconv.FormatInt(ratelimitheader.RetryAfter(d.RetryAfter), 10)}
 	}
 	return md
 }

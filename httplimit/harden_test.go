@@ -177,17 +177,3 @@ func TestSeveralLimitsOneCheck(t *testing.T) {
 		t.Fatalf("%d allowed over 3 s of 6 requests each, want 5", allowed)
 	}
 }
-
-func TestHeadersOfTheLargestPoliciesDoNotOverflow(t *testing.T) {
-	// Valid in lowest terms (1 token per µs), 2^106 µs as given.
-	l := ratelimit.Limit{Capacity: 1 << 53, RefillTokens: 1 << 53, RefillPeriod: (1 << 53) * time.Microsecond}
-	if err := l.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if got := window(l); got != (1<<53+999_999)/1_000_000 {
-		t.Fatalf("window = %d s, want 2^53 µs in seconds", got)
-	}
-	if got := fullAfter(l, 0); got != (1<<53)*time.Microsecond {
-		t.Fatalf("fullAfter = %v", got)
-	}
-}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/clientkey"
+	"github.com/exactlimit/ratelimit/internal/ratelimitheader"
 )
 
 // Limiter is what the middleware checks requests with.
@@ -228,8 +229,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	SetHeaders(w.Header(), m.name, m.lim.Limits(), d, m.clock())
 	if !d.Allowed {
-		secs := max(1, ceilSeconds(d.RetryAfter))
-		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		secs := ratelimitheader.RetryAfter(d.RetryAfter)
+		w.Header().Set(ratelimitheader.RetryAfterHeader, strconv.FormatInt(secs, 10))
 		m.reply(w, http.StatusTooManyRequests, fmt.Sprintf("rate limit exceeded: retry in %d s", secs), secs)
 		return
 	}

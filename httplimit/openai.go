@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/ratelimitheader"
 )
 
 // SetOpenAIHeaders sets on h the rate-limit headers OpenAI's API sends, for
@@ -48,24 +47,13 @@ func SetOpenAIHeaders[K any](ctx context.Context, h http.Header, lim *ratelimit.
 			return nil
 		}
 	}
-	for i, name := range [2]string{"requests", "tokens"} {
-		d := ds[i]
-		capacity := limits[i].Capacity
+	var st [2]ratelimitheader.Standing
+	for i, d := range ds {
+		st[i] = ratelimitheader.Standing{Limit: limits[i].Capacity, Remaining: d.Remaining, ResetAfter: d.ResetAfter}
 		if d.Limit.Validate() == nil {
-			capacity = d.Limit.Capacity // a fallback's share, say
+			st[i].Limit = d.Limit.Capacity // a fallback's share, say
 		}
-		h.Set("X-Ratelimit-Limit-"+name, strconv.FormatInt(capacity, 10))
-		h.Set("X-Ratelimit-Remaining-"+name, strconv.FormatInt(max(d.Remaining, 0), 10))
-		h.Set("X-Ratelimit-Reset-"+name, openAIDuration(d.ResetAfter))
 	}
+	ratelimitheader.SetOpenAI(h, st[0], st[1])
 	return nil
-}
-
-// openAIDuration writes d as OpenAI's reset headers do: rounded up to the
-// millisecond, in Go's duration format.
-func openAIDuration(d time.Duration) string {
-	if d <= 0 {
-		return "0s"
-	}
-	return ((d + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/latency"
 )
 
 const benchAbout = `
@@ -137,7 +138,7 @@ func runBench(ctx context.Context, env Env, args []string) error {
 // OVER_LIMIT), with their latencies, and the errors.
 type worker struct {
 	passed, refused, errors atomic.Int64
-	hist                    histogram
+	hist                    *latency.Histogram
 	firstErr                error
 	_                       [64]byte
 }
@@ -149,7 +150,7 @@ func (w *worker) decided(passed bool, lat time.Duration) {
 	} else {
 		w.refused.Add(1)
 	}
-	w.hist.record(lat)
+	w.hist.Record(lat)
 }
 
 // failed counts a call that failed with err, and keeps the first error.
@@ -163,19 +164,19 @@ func (w *worker) failed(err error) {
 type loadResult struct {
 	passed, refused, errors int64
 	elapsed                 time.Duration
-	hist                    histogram
+	hist                    *latency.Histogram
 	firstErr                error
 }
 
 // sum adds up the workers' counts once they have stopped.
 func sum(workers []worker, elapsed time.Duration) loadResult {
-	res := loadResult{elapsed: elapsed}
+	res := loadResult{elapsed: elapsed, hist: latency.NewHistogram(benchLatency)}
 	for i := range workers {
 		w := &workers[i]
 		res.passed += w.passed.Load()
 		res.refused += w.refused.Load()
 		res.errors += w.errors.Load()
-		res.hist.merge(&w.hist)
+		res.hist.Merge(w.hist)
 		if res.firstErr == nil {
 			res.firstErr = w.firstErr
 		}
@@ -194,7 +195,7 @@ func bench(ctx context.Context, lim *ratelimit.Limiter[string], f benchFlags, pr
 		subjects[i] = "s" + strconv.Itoa(i)
 	}
 	touched := make([]atomic.Uint32, (f.load.subjects+31)/32)
-	workers := make([]worker, f.load.concurrency)
+	workers := newWorkers(f.load.concurrency)
 	start := time.Now()
 	end, _ := ctx.Deadline()
 	var wg sync.WaitGroup
@@ -259,7 +260,7 @@ func (r benchResult) report(w io.Writer, subjects int) {
 	n := r.passed + r.refused
 	fmt.Fprintf(w, "decisions   %d in %v = %.0f/s\n", n, r.elapsed.Round(time.Millisecond), float64(n)/r.elapsed.Seconds())
 	fmt.Fprintf(w, "allowed     %.1f%% (%d allowed, %d denied)\n", pct(r.passed, n), r.passed, r.refused)
-	fmt.Fprintf(w, "latency     p50 %v  p99 %v  max %v\n", r.hist.quantile(0.50), r.hist.quantile(0.99), r.hist.max())
+	writeLatency(w, r.hist)
 	fmt.Fprintf(w, "subjects    %d of %d touched\n", r.touched, subjects)
 	if r.errors > 0 {
 		fmt.Fprintf(w, "errors      %d (first: %v)\n", r.errors, r.firstErr)
@@ -273,68 +274,23 @@ func pct(a, n int64) float64 {
 	return 100 * float64(a) / float64(n)
 }
 
-// histogram counts latencies in log-linear buckets: exact below 32 ns, then
-// 16 buckets per power of two (within about 6%). It is written by one
-// goroutine and read after it ends.
-type histogram struct {
-	counts [32 + 59*16]int64
-	n      int64
+// benchLatency bins the bench commands' latencies: 16 bins per power of two
+// (within about 6%), from 32 ns to about 18 minutes.
+var benchLatency = latency.Layout{SubBits: 4, MinOctave: 5, MaxOctave: 40}
+
+// newWorkers returns n workers, each with its histogram.
+func newWorkers(n int) []worker {
+	ws := make([]worker, n)
+	for i := range ws {
+		ws[i].hist = latency.NewHistogram(benchLatency)
+	}
+	return ws
 }
 
-func bucketOf(ns int64) int {
-	if ns < 32 {
-		return int(max(ns, 0))
-	}
-	b := bits.Len64(uint64(ns))
-	shift := b - 5
-	mant := int(ns>>shift) - 16
-	i := 32 + (shift-1)*16 + mant
-	return min(i, 32+59*16-1)
-}
-
-// upper returns the largest latency of bucket i.
-func upper(i int) time.Duration {
-	if i < 32 {
-		return time.Duration(i)
-	}
-	shift := (i-32)/16 + 1
-	mant := int64((i-32)%16 + 16)
-	return time.Duration((mant+1)<<shift - 1)
-}
-
-func (h *histogram) record(d time.Duration) { h.counts[bucketOf(int64(d))]++; h.n++ }
-
-func (h *histogram) merge(o *histogram) {
-	for i, c := range o.counts {
-		h.counts[i] += c
-	}
-	h.n += o.n
-}
-
-// quantile returns the latency below which a fraction q of the checks fell,
-// as the upper end of its bucket, rounded for printing.
-func (h *histogram) quantile(q float64) time.Duration {
-	if h.n == 0 {
-		return 0
-	}
-	rank := int64(q*float64(h.n) + 0.999999)
-	var seen int64
-	for i, c := range h.counts {
-		seen += c
-		if seen >= rank {
-			return roundLatency(upper(i))
-		}
-	}
-	return roundLatency(upper(len(h.counts) - 1))
-}
-
-func (h *histogram) max() time.Duration {
-	for i := len(h.counts) - 1; i >= 0; i-- {
-		if h.counts[i] > 0 {
-			return roundLatency(upper(i))
-		}
-	}
-	return 0
+// writeLatency writes the report's line of latencies: p50, p99 and max,
+// each the upper end of its bin, rounded for printing.
+func writeLatency(w io.Writer, h *latency.Histogram) {
+	fmt.Fprintf(w, "latency     p50 %v  p99 %v  max %v\n", roundLatency(h.Quantile(0.50)), roundLatency(h.Quantile(0.99)), roundLatency(h.Max()))
 }
 
 func roundLatency(d time.Duration) time.Duration {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/latency"
 	"github.com/exactlimit/ratelimit/internal/version"
 )
 
@@ -175,27 +176,30 @@ func TestBenchEmbedded(t *testing.T) {
 	}
 }
 
+// TestHistogram holds the bench commands' bins to their resolution: a
+// bin i holds [Upper(i-1), Upper(i)), at most 7% wide above 32 ns.
 func TestHistogram(t *testing.T) {
+	l := benchLatency
 	for v := int64(0); v < 1<<40; v = v*5/4 + 1 {
-		i := bucketOf(v)
-		if up := int64(upper(i)); up < v || (i > 0 && int64(upper(i-1)) >= v) {
-			t.Fatalf("value %d in bucket %d of upper bound %d (previous %d)", v, i, up, upper(i-1))
+		i := l.Bin(time.Duration(v))
+		if up := int64(l.Upper(i)); up <= v || (i > 0 && int64(l.Upper(i-1)) > v) {
+			t.Fatalf("value %d in bucket %d of upper bound %d (previous %d)", v, i, up, l.Upper(i-1))
 		}
-		if v >= 32 && float64(upper(i))/float64(v) > 1.07 {
-			t.Fatalf("value %d: bucket upper bound %d is more than 7%% above", v, upper(i))
+		if v >= 32 && float64(l.Upper(i))/float64(v) > 1.07 {
+			t.Fatalf("value %d: bucket upper bound %d is more than 7%% above", v, l.Upper(i))
 		}
 	}
-	var h histogram
+	h := latency.NewHistogram(l)
 	for i := 1; i <= 100; i++ {
-		h.record(time.Duration(i) * time.Microsecond)
+		h.Record(time.Duration(i) * time.Microsecond)
 	}
-	if p50 := h.quantile(0.5); p50 < 50*time.Microsecond || p50 > 53*time.Microsecond {
+	if p50 := roundLatency(h.Quantile(0.5)); p50 < 50*time.Microsecond || p50 > 53*time.Microsecond {
 		t.Errorf("p50 = %v, want about 50µs", p50)
 	}
-	if p99 := h.quantile(0.99); p99 < 99*time.Microsecond || p99 > 104*time.Microsecond {
+	if p99 := roundLatency(h.Quantile(0.99)); p99 < 99*time.Microsecond || p99 > 104*time.Microsecond {
 		t.Errorf("p99 = %v, want about 99µs", p99)
 	}
-	if m := h.max(); m < 100*time.Microsecond || m > 104*time.Microsecond {
+	if m := roundLatency(h.Max()); m < 100*time.Microsecond || m > 104*time.Microsecond {
 		t.Errorf("max = %v", m)
 	}
 }

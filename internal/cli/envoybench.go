@@ -130,7 +130,7 @@ func envoyBench(ctx context.Context, f envoyBenchFlags, conns []*grpc.ClientConn
 	for i := range descs {
 		descs[i] = &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: f.key, Value: "s" + strconv.Itoa(i)}}}
 	}
-	workers := make([]worker, f.load.concurrency)
+	workers := newWorkers(f.load.concurrency)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -174,7 +174,7 @@ func reportCalls(w io.Writer, r loadResult) {
 	n := r.passed + r.refused
 	fmt.Fprintf(w, "calls       %d in %v = %.0f calls/s\n", n, r.elapsed.Round(time.Millisecond), float64(n)/r.elapsed.Seconds())
 	fmt.Fprintf(w, "ok          %.1f%% (%d OK, %d OVER_LIMIT)\n", pct(r.passed, n), r.passed, r.refused)
-	fmt.Fprintf(w, "latency     p50 %v  p99 %v  max %v\n", r.hist.quantile(0.50), r.hist.quantile(0.99), r.hist.max())
+	writeLatency(w, r.hist)
 	if r.errors > 0 {
 		fmt.Fprintf(w, "errors      %d (first: %v)\n", r.errors, r.firstErr)
 	}

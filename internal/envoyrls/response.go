@@ -1,7 +1,6 @@
 package envoyrls
 
 import (
-	"net/http"
 	"strconv"
 	"time"
 
@@ -10,7 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/httplimit"
+	"github.com/exactlimit/ratelimit/internal/ratelimitheader"
 	"github.com/exactlimit/ratelimit/internal/units"
 )
 
@@ -102,13 +101,10 @@ var unitEnum = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
 }
 
 // responseHeaders are the headers of the binding check: the peer's three,
-// then RateLimit-Policy and RateLimit as package httplimit writes them, and
+// then RateLimit-Policy and RateLimit (package ratelimitheader), and
 // on a denial Retry-After, the whole seconds until the cost is there.
 func (s *Service) responseHeaders(c *check, st *rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
-	reset := int64(0)
-	if d := st.DurationUntilReset.AsDuration(); d > 0 {
-		reset = int64((d + time.Second - 1) / time.Second)
-	}
+	reset := ratelimitheader.Seconds(st.DurationUntilReset.AsDuration())
 	out := []*corev3.HeaderValue{
 		{Key: s.headers.Limit, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
 		{Key: s.headers.Remaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
@@ -122,19 +118,13 @@ func (s *Service) responseHeaders(c *check, st *rlsv3.RateLimitResponse_Descript
 	if name == "" {
 		name = c.rule.Path
 	}
-	now := time.Now()
-	if s.clock != nil {
-		now = s.clock()
-	}
-	h := http.Header{}
-	httplimit.SetHeaders(h, name, b.limitsOf(), b.d, now)
-	for _, k := range []string{"RateLimit-Policy", "RateLimit"} {
-		if v := h.Get(k); v != "" {
-			out = append(out, &corev3.HeaderValue{Key: k, Value: v})
-		}
+	if f, ok := ratelimitheader.Of(name, b.limitsOf(), b.d); ok {
+		out = append(out,
+			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: f.PolicyValue()},
+			&corev3.HeaderValue{Key: "RateLimit", Value: f.Value()})
 	}
 	if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT && b.d.RetryAfter > 0 {
-		secs := max(1, int64((b.d.RetryAfter+time.Second-1)/time.Second))
+		secs := ratelimitheader.RetryAfter(b.d.RetryAfter)
 		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(secs, 10)})
 	}
 	return out

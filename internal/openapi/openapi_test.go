@@ -25,6 +25,7 @@ import (
 	"github.com/exactlimit/ratelimit/fallback"
 	internalconfig "github.com/exactlimit/ratelimit/internal/config"
 	"github.com/exactlimit/ratelimit/internal/openapi"
+	"github.com/exactlimit/ratelimit/internal/operator"
 	"github.com/exactlimit/ratelimit/internal/server"
 	"github.com/exactlimit/ratelimit/memstore"
 )
@@ -350,8 +351,10 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 
 	t.Run("an open service", func(t *testing.T) {
 		// An Envoy domain (--grpc-listen) adds its figures to /v1/stats.
-		envoy := func() []server.EnvoyDomain { return []server.EnvoyDomain{{Name: "envoy:api", Domain: "api", Rules: 2}} }
-		base := start(t, server.Options{StoreName: "memory", StoreKind: server.StoreEmbedded, Envoy: envoy}, true)
+		envoy := func() []operator.EnvoyDomain {
+			return []operator.EnvoyDomain{{Name: "envoy:api", Domain: "api", Rules: 2}}
+		}
+		base := start(t, server.Options{StoreName: "memory", StoreKind: operator.StoreEmbedded, Envoy: envoy}, true)
 		for i := range 3 {
 			a := c.do(t, base, post("/v1/acquire", `{"subject": "alice"}`, 200))
 			if a.json["remaining"] != float64(2-i) || a.header.Get("RateLimit") == "" {
@@ -491,7 +494,7 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 	t.Run("a service whose store is down", func(t *testing.T) {
 		st := &flakyStore{Store: memstore.New()}
 		base := start(t, server.Options{
-			Store: st, StoreName: "redis 127.0.0.1:1", StoreKind: server.StoreRedis,
+			Store: st, StoreName: "redis 127.0.0.1:1", StoreKind: operator.StoreRedis,
 			Outage: fallback.ReturnError, Degraded: func() bool { return st.mode.Load() != up }, Ping: st.ping,
 			Timeout: time.Second,
 		}, true)

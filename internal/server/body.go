@@ -28,59 +28,31 @@ func isJSON(r *http.Request) bool {
 	return err == nil && mt == "application/json"
 }
 
-// apiFields are the field names of APIRequest, exactly as they must be
-// spelled.
-var apiFields = []string{"namespace", "subject", "cost"}
-
-// fieldList writes fields as a list in words: "namespace, subject and cost".
-func fieldList(fields []string) string {
-	if len(fields) < 2 {
-		return strings.Join(fields, "")
-	}
-	return strings.Join(fields[:len(fields)-1], ", ") + " and " + fields[len(fields)-1]
+// field is a top-level field of a request body: its name, exactly as it
+// must be spelled, and where its value is decoded to.
+type field struct {
+	name string
+	dst  any
 }
 
-// strictFields checks a JSON object's top-level field names: each must be
-// one of fields, spelled exactly (encoding/json would match "Subject" or
-// "SUBJECT" too), and none may appear twice (encoding/json keeps the
-// last). It returns nil for input that is not an object: the decoder
-// reports that.
-func strictFields(data []byte, fields []string) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil
+// fieldList writes the names of fields as a list in words: "namespace,
+// subject and cost".
+func fieldList(fields []field) string {
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		names[i] = f.name
 	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		name, ok := tok.(string)
-		if !ok {
-			return nil
-		}
-		switch {
-		case seen[name]:
-			return fmt.Errorf("field %q appears twice", name)
-		case !slices.Contains(fields, name):
-			return fmt.Errorf("unknown field %q (the fields are %s, in lower case)", name, fieldList(fields))
-		}
-		seen[name] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return nil
-		}
+	if len(names) < 2 {
+		return strings.Join(names, "")
 	}
-	return nil
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
-// readBody reads a request body of at most MaxBodyBytes, holding the top-level
-// fields named in fields at most, or returns the status and message of why
-// it cannot. The body must be valid UTF-8: JSON
+// readBody reads a request body of at most MaxBodyBytes, or returns the
+// status and message of why it cannot. The body must be valid UTF-8: JSON
 // decoding turns every invalid byte into U+FFFD, and two subjects would
 // share a bucket.
-func readBody(w http.ResponseWriter, r *http.Request, fields []string) ([]byte, int, string) {
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, string) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	var mbe *http.MaxBytesError
 	switch {
@@ -91,65 +63,149 @@ func readBody(w http.ResponseWriter, r *http.Request, fields []string) ([]byte, 
 	case !utf8.Valid(data):
 		return nil, http.StatusBadRequest, "the body is not valid UTF-8"
 	}
-	if err := strictFields(data, fields); err != nil {
-		return nil, http.StatusBadRequest, err.Error()
-	}
 	return data, 0, ""
+}
+
+// decodeBody reads the body and decodes it, in one pass, into fields: a
+// JSON object (or null, which sets nothing) whose every name is one of
+// fields, spelled exactly (encoding/json would match "Subject" or
+// "SUBJECT" too) and given once (encoding/json keeps the last), followed by
+// nothing. It returns the status and message of why it cannot, or 0. Each
+// call is counted in s.decodes.
+func (s *Service) decodeBody(w http.ResponseWriter, r *http.Request, fields ...field) (code int, msg string) {
+	s.decodes.Add(1)
+	data, code, msg := readBody(w, r)
+	if code != 0 {
+		return code, msg
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	switch {
+	case errors.Is(err, io.EOF):
+		return http.StatusBadRequest, fmt.Sprintf("empty body; send a JSON object of %s", fieldList(fields))
+	case err != nil:
+		return syntaxError(err, data)
+	case tok == nil: // null: no field
+	case tok != json.Delim('{'):
+		if code, msg := malformed(data); code != 0 {
+			return code, msg
+		}
+		return http.StatusBadRequest, fmt.Sprintf("the body must be a JSON object, not %s", jsonValueKind(tok))
+	default:
+		if code, msg := decodeFields(dec, data, fields); code != 0 {
+			return code, msg
+		}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return http.StatusBadRequest, "the body must hold one JSON object and nothing after it"
+	}
+	return 0, ""
+}
+
+// decodeFields decodes the members of the object dec, a decoder of data,
+// is in, up to its closing brace, into fields. The errors rank as
+// encoding/json with a check of the names before it would rank them: a
+// name that is not one of fields, or given twice, first, then a syntax
+// error, then a value that does not fit its field (one an Unmarshaler
+// refuses before one of the wrong type), whichever comes first in the
+// body; the decoding goes on past a value that does not fit, so that
+// what outranks it is found.
+func decodeFields(dec *json.Decoder, data []byte, fields []field) (code int, msg string) {
+	var seen uint64 // a bit per field
+	var refused, mistyped string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return syntaxError(err, data)
+		}
+		name, _ := tok.(string) // More and Token leave a name here
+		i := slices.IndexFunc(fields, func(f field) bool { return f.name == name })
+		switch {
+		case i < 0:
+			return http.StatusBadRequest, fmt.Sprintf("unknown field %q (the fields are %s, in lower case)", name, fieldList(fields))
+		case seen&(1<<i) != 0:
+			return http.StatusBadRequest, fmt.Sprintf("field %q appears twice", name)
+		}
+		seen |= 1 << i
+		err = dec.Decode(fields[i].dst) // past the value, unless it is malformed
+		var typ *json.UnmarshalTypeError
+		var syn *json.SyntaxError
+		switch {
+		case err == nil:
+		case errors.As(err, &syn), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+			return syntaxError(err, data)
+		case errors.As(err, &typ):
+			if mistyped == "" {
+				mistyped = fmt.Sprintf("field %q must be %s, not %s", name, jsonKind(typ.Type.Kind().String()), typ.Value)
+			}
+		case refused == "":
+			refused = strings.TrimPrefix(err.Error(), "json: ")
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return syntaxError(err, data)
+	}
+	switch {
+	case refused != "":
+		return http.StatusBadRequest, refused
+	case mistyped != "":
+		return http.StatusBadRequest, mistyped
+	}
+	return 0, ""
+}
+
+// syntaxError returns the status and message of err, the decoder's error
+// in data, the body: malformed's, or err's own.
+func syntaxError(err error, data []byte) (code int, msg string) {
+	if code, msg := malformed(data); code != 0 {
+		return code, msg
+	}
+	return http.StatusBadRequest, strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// malformed returns the status and message of the syntax error in data's
+// first JSON value, or 0 when it is well formed. It scans data again, on
+// the path of a bad body only: so that a body both malformed and of the
+// wrong shape is told as malformed, whichever comes first in it, and so
+// that the message names the byte of the error as encoding/json's scanner
+// counts it (the bytes read up to and including it), whichever step of the
+// decoder met it.
+func malformed(data []byte) (code int, msg string) {
+	err := json.NewDecoder(bytes.NewReader(data)).Decode(new(json.RawMessage))
+	var syn *json.SyntaxError
+	switch {
+	case err == nil:
+		return 0, ""
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return http.StatusBadRequest, "malformed JSON: the body ends in the middle of a value"
+	case errors.As(err, &syn):
+		return http.StatusBadRequest, fmt.Sprintf("malformed JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
+	}
+	return http.StatusBadRequest, strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// jsonValueKind names the kind of a JSON value from its first token.
+func jsonValueKind(tok json.Token) string {
+	switch tok.(type) {
+	case json.Delim:
+		return "array"
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	}
+	return "number"
 }
 
 // decode reads an APIRequest, or returns the status and message of why it
 // cannot.
 func (s *Service) decode(w http.ResponseWriter, r *http.Request) (req APIRequest, code int, msg string) {
-	if code, msg = decodeBody(w, r, &req, apiFields); code != 0 {
+	code, msg = s.decodeBody(w, r, req.fields()...)
+	if code != 0 {
 		return req, code, msg
 	}
 	code, msg = checkSubject(req.Subject)
 	return req, code, msg
-}
-
-// decodeBody reads the body into v, a pointer to a struct of the fields
-// named in fields, or returns the status and message of why it cannot.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any, fields []string) (code int, msg string) {
-	data, code, msg := readBody(w, r, fields)
-	if code != 0 {
-		return code, msg
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		if _, err2 := dec.Token(); !errors.Is(err2, io.EOF) {
-			var mbe *http.MaxBytesError
-			if errors.As(err2, &mbe) {
-				err = err2
-			} else {
-				return http.StatusBadRequest, "the body must hold one JSON object and nothing after it"
-			}
-		}
-	}
-	if err != nil {
-		var mbe *http.MaxBytesError
-		var syn *json.SyntaxError
-		var typ *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &mbe):
-			return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit)
-		case errors.Is(err, io.EOF):
-			return http.StatusBadRequest, fmt.Sprintf("empty body; send a JSON object of %s", fieldList(fields))
-		case errors.Is(err, io.ErrUnexpectedEOF):
-			return http.StatusBadRequest, "malformed JSON: the body ends in the middle of a value"
-		case errors.As(err, &syn):
-			return http.StatusBadRequest, fmt.Sprintf("malformed JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
-		case errors.As(err, &typ):
-			if typ.Field == "" {
-				return http.StatusBadRequest, fmt.Sprintf("the body must be a JSON object, not %s", typ.Value)
-			}
-			return http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
-		default:
-			return http.StatusBadRequest, strings.TrimPrefix(err.Error(), "json: ")
-		}
-	}
-	return 0, ""
 }
 
 // checkSubject returns the status and message of why subject cannot name a

@@ -5,20 +5,25 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/config"
-	"github.com/exactlimit/ratelimit/internal/units"
 )
 
-// APIRequest is the body of every /v1/ request.
+// APIRequest is the body of POST /v1/acquire, /v1/peek and /v1/reset; its
+// fields' JSON names are those of fields.
 type APIRequest struct {
 	// Namespace names the policy; empty means config.DefaultNamespace.
-	Namespace string `json:"namespace"`
+	Namespace string
 	// Subject is whose bucket to use: a user, an API key, an IP address.
-	Subject string `json:"subject"`
+	Subject string
 	// Cost is the tokens acquire takes (default 1), from each of the
 	// namespace's limits. When set it must be 1 up to the namespace's
 	// capacity (the smaller one, with a token_limit) for every operation;
 	// peek and reset ignore its value.
-	Cost *int64 `json:"cost"`
+	Cost *int64
+}
+
+// fields are the body's fields: "namespace", "subject" and "cost".
+func (r *APIRequest) fields() []field {
+	return []field{{"namespace", &r.Namespace}, {"subject", &r.Subject}, {"cost", &r.Cost}}
 }
 
 // Decision is the JSON form of a ratelimit.Decision.
@@ -39,8 +44,8 @@ type Decision struct {
 	ResetAfterMs int64 `json:"reset_after_ms"`
 	// Source is what decided: "store", "local", "fail-open",
 	// "fail-closed" or "cache".
-	Source string  `json:"source"`
-	Policy *Policy `json:"policy,omitempty"`
+	Source string             `json:"source"`
+	Policy *config.PolicyJSON `json:"policy,omitempty"`
 	// Costs is a reserve's estimate when it gives one cost per limit.
 	Costs []int64 `json:"costs,omitempty"`
 	// Token is the reservation of an allowed /v1/reserve, to settle, and
@@ -50,32 +55,6 @@ type Decision struct {
 	// Error is set when the decision was not enforced and the request was
 	// denied: the store could not be reached.
 	Error string `json:"error,omitempty"`
-}
-
-// Policy is the JSON form of a ratelimit.Limit.
-type Policy struct {
-	Capacity     int64  `json:"capacity"`
-	RefillTokens int64  `json:"refill_tokens"`
-	RefillPeriod string `json:"refill_period"`
-	// Tokens is a namespace's token_limit, in GET /v1/config and the
-	// operator page's figures; nil elsewhere and without one.
-	Tokens *Policy `json:"tokens,omitempty"`
-}
-
-// limitPolicy is the JSON form of l.
-func limitPolicy(l ratelimit.Limit) Policy {
-	return Policy{Capacity: l.Capacity, RefillTokens: l.RefillTokens, RefillPeriod: units.Format(l.RefillPeriod)}
-}
-
-// namespacePolicy is the JSON form of a namespace's limits: its rate_limit,
-// with its token_limit as Tokens.
-func namespacePolicy(p config.Policy) Policy {
-	out := limitPolicy(p.Requests)
-	if p.HasTokens() {
-		t := limitPolicy(p.Tokens)
-		out.Tokens = &t
-	}
-	return out
 }
 
 // NewDecision returns the JSON form of d for subject in namespace ns.
@@ -92,7 +71,7 @@ func NewDecision(ns, subject string, cost int64, d ratelimit.Decision) Decision 
 		Source:       d.Source.String(),
 	}
 	if d.Limit.Validate() == nil {
-		p := limitPolicy(d.Limit)
+		p := config.LimitJSON(d.Limit)
 		out.Policy = &p
 	}
 	return out

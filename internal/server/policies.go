@@ -72,7 +72,7 @@ func (s *Service) Reload(path string) error {
 	if err == nil {
 		err = s.SetPolicies(p)
 	}
-	s.stats.recordReload(path, err)
+	s.stats.RecordReload(path, err)
 	if err != nil {
 		s.metrics.reloads.WithLabelValues("error").Inc()
 		s.log.Error("config reload refused; keeping the previous policies",
@@ -152,9 +152,9 @@ func (s *Service) serveConfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	set := s.policies.Load()
-	ns := make(map[string]Policy, len(set.limits))
+	ns := make(map[string]config.PolicyJSON, len(set.limits))
 	for name, pol := range set.limits {
-		ns[name] = namespacePolicy(pol)
+		ns[name] = pol.JSON()
 	}
 	out := map[string]any{
 		"namespaces": ns,

@@ -169,8 +169,11 @@ type nsLimiter struct {
 }
 
 func (l nsLimiter) TryAcquireN(ctx context.Context, subject string, cost int64) (ratelimit.Decision, error) {
-	d, _, err := l.s.check(ctx, opAcquire, l.ns, subject, cost)
-	return d, err
+	lim := l.s.policies.Load().limiters[l.ns]
+	if lim == nil {
+		return ratelimit.Decision{}, errUnknownNamespace
+	}
+	return l.s.check(ctx, opAcquire, lim, subject, cost)
 }
 
 func (l nsLimiter) Limits() []ratelimit.Limit {

@@ -63,38 +63,47 @@ func (c *Counts) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ReserveRequest is the body of POST /v1/reserve.
+// ReserveRequest is the body of POST /v1/reserve; its fields' JSON names
+// are those of fields.
 type ReserveRequest struct {
 	// Namespace names the policy; empty means config.DefaultNamespace.
-	Namespace string `json:"namespace"`
+	Namespace string
 	// Subject is whose bucket to reserve from.
-	Subject string `json:"subject"`
+	Subject string
 	// Cost is the estimate (default 1): one cost for every limit, or one
 	// per limit ([1, 500] for a request of 500 tokens), each between 1
 	// and its limit's capacity.
-	Cost Counts `json:"cost"`
+	Cost Counts
 	// TTLMs is the reservation's lifetime in milliseconds, 1 up to
 	// MaxReservationTTL (default DefaultReservationTTL): not settled by
 	// then, it is kept as taken.
-	TTLMs *int64 `json:"ttl_ms"`
+	TTLMs *int64
 }
 
-var reserveFields = []string{"namespace", "subject", "cost", "ttl_ms"}
+// fields are the body's fields: "namespace", "subject", "cost" and
+// "ttl_ms".
+func (r *ReserveRequest) fields() []field {
+	return []field{{"namespace", &r.Namespace}, {"subject", &r.Subject}, {"cost", &r.Cost}, {"ttl_ms", &r.TTLMs}}
+}
 
-// SettleRequest is the body of POST /v1/settle.
+// SettleRequest is the body of POST /v1/settle; its fields' JSON names are
+// those of fields.
 type SettleRequest struct {
 	// Namespace is the namespace the reservation was made in.
-	Namespace string `json:"namespace"`
+	Namespace string
 	// Token is the reservation, as /v1/reserve returned it.
-	Token string `json:"token"`
+	Token string
 	// Used is what the work used: one count for every limit, or one per
 	// limit ([1, 480]); 0 gives the whole reservation back. It is
 	// required: missing or null (or a null in the array), the settle is
 	// refused and changes nothing.
-	Used Counts `json:"used"`
+	Used Counts
 }
 
-var settleFields = []string{"namespace", "token", "used"}
+// fields are the body's fields: "namespace", "token" and "used".
+func (r *SettleRequest) fields() []field {
+	return []field{{"namespace", &r.Namespace}, {"token", &r.Token}, {"used", &r.Used}}
+}
 
 // reserve is POST /v1/reserve: reserve an estimate from a subject's bucket,
 // answered as /v1/acquire answers, with the reservation's token when it is
@@ -105,7 +114,7 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req ReserveRequest
-	if code, msg := decodeBody(w, r, &req, reserveFields); code != 0 {
+	if code, msg := s.decodeBody(w, r, req.fields()...); code != 0 {
 		s.fail(w, path, code, msg)
 		return
 	}
@@ -113,7 +122,7 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, path, code, msg)
 		return
 	}
-	lim, ns, ok := s.limiterFor(w, r, path, req.Namespace)
+	ns, _, lim, ok := s.lookup(w, path, req.Namespace)
 	if !ok {
 		return
 	}
@@ -170,7 +179,7 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req SettleRequest
-	if code, msg := decodeBody(w, r, &req, settleFields); code != 0 {
+	if code, msg := s.decodeBody(w, r, req.fields()...); code != 0 {
 		s.fail(w, path, code, msg)
 		return
 	}
@@ -185,7 +194,7 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, path, http.StatusBadRequest, `used is required: what the work used, such as 480, or [1, 480] for a request of 480 tokens; 0 gives the reservation back`)
 		return
 	}
-	lim, ns, ok := s.limiterFor(w, r, path, req.Namespace)
+	ns, _, lim, ok := s.lookup(w, path, req.Namespace)
 	if !ok {
 		return
 	}
@@ -204,21 +213,6 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 	}
 	out := NewDecision(ns, "", 0, d)
 	s.answer(r.Context(), w, path, lim, "", &out, d, false)
-}
-
-// limiterFor looks namespace name up as lookup does and returns its Limiter
-// and full name; false when it has answered the request already.
-func (s *Service) limiterFor(w http.ResponseWriter, r *http.Request, path, name string) (*ratelimit.Limiter[string], string, bool) {
-	ns, _, ok := s.lookup(w, path, name)
-	if !ok {
-		return nil, ns, false
-	}
-	lim := s.policies.Load().limiters[ns]
-	if lim == nil {
-		s.failed(w, r, path, ns, errUnknownNamespace)
-		return nil, ns, false
-	}
-	return lim, ns, true
 }
 
 // logFailure logs an operation's error that is not the request's own, at

@@ -1,7 +1,7 @@
 // Package server is the HTTP decision service of the ratelimit command: the
 // JSON API (POST /v1/acquire, /v1/peek, /v1/reset, /v1/reserve, /v1/settle,
 // GET /v1/config), /healthz (liveness), /readyz (readiness), /metrics, an
-// operator page (GET /, reading GET /v1/stats; see Stats), and a
+// operator page (GET /, reading GET /v1/stats; package operator), and a
 // rate-limiting reverse proxy built on package httplimit.
 //
 // Policies are a set of namespaces, each with its limits (package config),
@@ -25,10 +25,11 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
-	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/access"
 	"github.com/exactlimit/ratelimit/internal/config"
 	"github.com/exactlimit/ratelimit/internal/openapi"
+	"github.com/exactlimit/ratelimit/internal/operator"
+	"github.com/exactlimit/ratelimit/internal/ratelimitheader"
 )
 
 // DefaultTimeout bounds one check when Options.Timeout is zero.
@@ -42,8 +43,8 @@ type Options struct {
 	// StoreName describes the store in /healthz and the log, e.g. "memory"
 	// or "redis 127.0.0.1:6379". It must not hold a password.
 	StoreName string
-	// StoreKind is StoreEmbedded, StoreRedis or StoreCluster, for the
-	// operator page ("" when unknown).
+	// StoreKind is operator.StoreEmbedded, StoreRedis or StoreCluster, for
+	// the operator page ("" when unknown).
 	StoreKind string
 	// Masters lists a Cluster's masters (host:port), for the operator
 	// page, which shows the state of each. It is called with a short
@@ -70,11 +71,11 @@ type Options struct {
 	// Metrics receives the service's metrics (default: a new Metrics).
 	// Its Observer is attached to the Limiter of every namespace.
 	Metrics *Metrics
-	// Stats receives the figures of the operator page (default: a new
-	// Stats with no store kind and no most-denied subjects). Like Metrics,
-	// it is attached to the Limiter of every namespace; it records the
-	// reloads too.
-	Stats *Stats
+	// Stats receives the figures of the operator page (default: new
+	// operator.Stats with no most-denied subjects). Like Metrics, it is
+	// attached to the Limiter of every namespace; it records the reloads
+	// too.
+	Stats *operator.Stats
 	// Logger receives errors and reloads (default: discard).
 	Logger *slog.Logger
 	// Version is the build's version, for ratelimit_build_info and
@@ -88,7 +89,7 @@ type Options struct {
 	// whose decisions reach Stats (and Metrics) under their own namespace
 	// (EnvoyDomain.Name): the operator page and /v1/stats show them after
 	// the namespaces.
-	Envoy func() []EnvoyDomain
+	Envoy func() []operator.EnvoyDomain
 	// Clock, when set, is the time of every check and of the headers. By
 	// default checks use the store's clock (Redis's TIME) and headers
 	// time.Now. Tests set it.
@@ -101,7 +102,7 @@ type Service struct {
 	name       string
 	kind       string
 	masters    func(ctx context.Context) ([]string, error)
-	envoy      func() []EnvoyDomain
+	envoy      func() []operator.EnvoyDomain
 	access     access.Checker // the tokens and AllowHosts
 	draining   atomic.Bool
 	authLog    rateLimitedLog
@@ -112,14 +113,15 @@ type Service struct {
 	hasOutage  bool // the store has an outage behaviour (Options.Degraded set)
 	ping       func(context.Context) error
 	metrics    *Metrics
-	stats      *Stats
+	stats      *operator.Stats
 	log        *slog.Logger
 	clock      func() time.Time
 	now        func() time.Time
 	policies   atomic.Pointer[policySet]
 	pinned     atomic.Pointer[[]string]
 	errLog     rateLimitedLog
-	exposition http.Handler // /metrics
+	decodes    atomic.Uint64 // request bodies decoded (decodeBody)
+	exposition http.Handler  // /metrics
 }
 
 // New returns a Service. The error reports a missing store or an invalid
@@ -158,7 +160,7 @@ func New(o Options) (*Service, error) {
 		s.metrics = NewMetrics()
 	}
 	if s.stats == nil {
-		s.stats = NewStats(StatsOptions{Clock: o.Clock})
+		s.stats = operator.NewStats(operator.StatsOptions{Clock: o.Clock})
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -181,7 +183,8 @@ func New(o Options) (*Service, error) {
 	return s, nil
 }
 
-// errUnknownNamespace is returned by check for a namespace not in force.
+// errUnknownNamespace is the proxy's error for a namespace not in force,
+// which Pin keeps from happening.
 var errUnknownNamespace = errors.New("unknown namespace")
 
 type op string
@@ -192,14 +195,10 @@ const (
 	opReset   op = "reset"
 )
 
-// check runs one operation on subject's bucket in namespace ns, bounded by
-// the service's timeout. The namespace's Limiter tells the metrics' observer
-// about it.
-func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int64) (ratelimit.Decision, *ratelimit.Limiter[string], error) {
-	lim := s.policies.Load().limiters[ns]
-	if lim == nil {
-		return ratelimit.Decision{}, nil, errUnknownNamespace
-	}
+// check runs one operation on subject's bucket under lim, a namespace's
+// Limiter, bounded by the service's timeout. The Limiter tells the metrics'
+// observer about it.
+func (s *Service) check(ctx context.Context, o op, lim *ratelimit.Limiter[string], subject string, cost int64) (ratelimit.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var d ratelimit.Decision
@@ -215,7 +214,7 @@ func (s *Service) check(ctx context.Context, o op, ns, subject string, cost int6
 	if err != nil {
 		s.logFailure(string(o), lim, subject, err)
 	}
-	return d, lim, err
+	return d, err
 }
 
 // Handler returns the service's HTTP API: POST /v1/acquire, /v1/peek,
@@ -260,7 +259,7 @@ func (s *Service) api(o op) http.Handler {
 			s.fail(w, path, code, msg)
 			return
 		}
-		ns, pol, ok := s.lookup(w, path, req.Namespace)
+		ns, pol, lim, ok := s.lookup(w, path, req.Namespace)
 		if !ok {
 			return
 		}
@@ -277,7 +276,7 @@ func (s *Service) api(o op) http.Handler {
 				return
 			}
 		}
-		d, lim, err := s.check(r.Context(), o, ns, req.Subject, cost)
+		d, err := s.check(r.Context(), o, lim, req.Subject, cost)
 		if s.failed(w, r, path, ns, err) {
 			return
 		}
@@ -294,9 +293,8 @@ func (s *Service) api(o op) http.Handler {
 }
 
 // failed answers err, an operation's error, and returns true; it returns
-// false when err is nil. A namespace removed by a reload since the request
-// was read is a 404, an invalid argument a 400, a store that cannot answer
-// a 503 with Retry-After: 1; a client that is gone gets nothing.
+// false when err is nil. An invalid argument is a 400, a store that cannot
+// answer a 503 with Retry-After: 1; a client that is gone gets nothing.
 func (s *Service) failed(w http.ResponseWriter, r *http.Request, path, ns string, err error) bool {
 	return s.failedSaying(w, r, path, ns, err, "rate limit store unavailable")
 }
@@ -306,8 +304,6 @@ func (s *Service) failedSaying(w http.ResponseWriter, r *http.Request, path, ns 
 	switch {
 	case err == nil:
 		return false
-	case errors.Is(err, errUnknownNamespace):
-		s.fail(w, path, http.StatusNotFound, fmt.Sprintf("unknown namespace %q", ns))
 	case errors.Is(err, ratelimit.ErrInvalidArgument):
 		s.fail(w, path, http.StatusBadRequest, strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": "))
 	case r.Context().Err() != nil:
@@ -334,13 +330,15 @@ func (s *Service) answer(ctx context.Context, w http.ResponseWriter, path string
 		w.Header().Set("Retry-After", "1")
 	case !d.Enforced():
 	default:
-		httplimit.SetHeaders(w.Header(), lim.Namespace(), lim.Limits(), d, s.now())
+		if f, ok := ratelimitheader.Of(lim.Namespace(), lim.Limits(), d); ok {
+			f.Set(w.Header(), s.now())
+		}
 		if len(lim.Limits()) == 2 && subject != "" {
 			s.openAIHeaders(ctx, w.Header(), lim, subject)
 		}
 		if !d.Allowed && deny {
 			code = http.StatusTooManyRequests
-			w.Header().Set("Retry-After", fmt.Sprint(max(1, (ceilMillis(d.RetryAfter)+999)/1000)))
+			w.Header().Set(ratelimitheader.RetryAfterHeader, strconv.FormatInt(ratelimitheader.RetryAfter(d.RetryAfter), 10))
 		}
 	}
 	s.reply(w, path, code, out)
@@ -367,22 +365,25 @@ func (s *Service) begin(w http.ResponseWriter, r *http.Request, path string) boo
 }
 
 // lookup finds namespace name ("" for config.DefaultNamespace) among the
-// policies in force. When there is none it answers (400 for a reserved name,
-// 404 for an unknown one) and returns false.
-func (s *Service) lookup(w http.ResponseWriter, path, name string) (string, config.Policy, bool) {
+// policies in force, and returns its full name, limits and Limiter, from one
+// snapshot of the set: a reload during the request does not split it. When
+// there is none it answers (400 for a reserved name, 404 for an unknown
+// one) and returns false.
+func (s *Service) lookup(w http.ResponseWriter, path, name string) (string, config.Policy, *ratelimit.Limiter[string], bool) {
 	if name == "" {
 		name = config.DefaultNamespace
 	}
 	if err := reservedName(name); err != nil {
 		s.fail(w, path, http.StatusBadRequest, err.Error())
-		return name, config.Policy{}, false
+		return name, config.Policy{}, nil, false
 	}
 	set := s.policies.Load()
-	pol, ok := set.limits[name]
-	if !ok {
+	lim := set.limiters[name]
+	if lim == nil {
 		s.fail(w, path, http.StatusNotFound, fmt.Sprintf("unknown namespace %q (known: %s)", name, knownNames(set)))
+		return name, config.Policy{}, nil, false
 	}
-	return name, pol, ok
+	return name, set.limits[name], lim, true
 }
 
 func (s *Service) serveMetrics(w http.ResponseWriter, r *http.Request) {

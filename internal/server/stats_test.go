@@ -3,39 +3,23 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
-	"strings"
-	"sync"
 	"testing"
 	"time"
-	"unicode/utf8"
 
-	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
+	"github.com/exactlimit/ratelimit/internal/config"
+	"github.com/exactlimit/ratelimit/internal/operator"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
-// decide tells st about n acquires in namespace ns of subject, allowed or
-// denied, each taking latency.
-func decide(st *Stats, ns, subject string, n int, allowed bool, latency time.Duration) {
-	key := fmt.Sprintf("%d:%s:%s", len(ns), ns, subject)
-	for range n {
-		st.ObserveDecision(context.Background(), ratelimit.DecisionEvent{
-			Namespace: ns, Key: key, Cost: 1, Latency: latency,
-			Decision: ratelimit.Decision{Allowed: allowed},
-		})
-	}
-}
-
 // newStatsService is newService with Stats of options so on the Service's
 // test clock.
-func newStatsService(t *testing.T, o Options, so StatsOptions) (*Service, *testkit.Clock) {
+func newStatsService(t *testing.T, o Options, so operator.StatsOptions) (*Service, *testkit.Clock) {
 	t.Helper()
 	c := testkit.NewClock(t0)
 	so.Clock = c.Now
-	o.Stats = NewStats(so)
+	o.Stats = operator.NewStats(so)
 	o.Clock = c.Now
 	o.Store = memstore.New(memstore.WithClock(c.Now))
 	s, err := New(o)
@@ -45,7 +29,7 @@ func newStatsService(t *testing.T, o Options, so StatsOptions) (*Service, *testk
 	return s, c
 }
 
-func nsReport(t *testing.T, r StatsReport, name string) NamespaceReport {
+func nsReport(t *testing.T, r operator.Report, name string) operator.NamespaceReport {
 	t.Helper()
 	for _, ns := range r.Namespaces {
 		if ns.Name == name {
@@ -53,269 +37,21 @@ func nsReport(t *testing.T, r StatsReport, name string) NamespaceReport {
 		}
 	}
 	t.Fatalf("namespace %q not in the report %+v", name, r.Namespaces)
-	return NamespaceReport{}
-}
-
-func TestStatsRates(t *testing.T) {
-	s, c, _ := newService(t, Options{})
-	st := s.stats
-	ctx := context.Background()
-	// t0 is on a step boundary: steps [t0, t0+5s), [t0+5s, t0+10s), ...
-	decide(st, "default", "alice", 10, true, time.Millisecond)
-	decide(st, "default", "alice", 5, false, time.Millisecond)
-	c.Add(RateStep)
-	decide(st, "default", "bob", 20, true, time.Millisecond)
-	c.Add(RateStep)
-	decide(st, "default", "bob", 3, false, time.Millisecond)
-	c.Add(time.Second) // 1 s into the third step
-
-	ns := nsReport(t, s.Stats(ctx), "default")
-	if ns.Allowed != 30 || ns.Denied != 8 {
-		t.Errorf("totals: allowed %d denied %d, want 30 and 8", ns.Allowed, ns.Denied)
-	}
-	if len(ns.Rate.Allowed) != RatePoints || len(ns.Rate.Denied) != RatePoints {
-		t.Fatalf("rate series of %d and %d points, want %d", len(ns.Rate.Allowed), len(ns.Rate.Denied), RatePoints)
-	}
-	if want := t0.Add(2 * RateStep); !ns.Rate.End.Equal(want) {
-		t.Errorf("rate series ends at %v, want %v (the start of the step in progress)", ns.Rate.End, want)
-	}
-	last := RatePoints - 1
-	gotA, gotD := ns.Rate.Allowed[last-1:], ns.Rate.Denied[last-1:]
-	if gotA[0] != 10 || gotD[0] != 5 || gotA[1] != 20 || gotD[1] != 0 {
-		t.Errorf("last two whole steps: allowed %v denied %v, want [10 20] and [5 0]", gotA, gotD)
-	}
-	for i := range last - 1 {
-		if ns.Rate.Allowed[i] != 0 || ns.Rate.Denied[i] != 0 {
-			t.Fatalf("step %d before the traffic counts %d and %d", i, ns.Rate.Allowed[i], ns.Rate.Denied[i])
-		}
-	}
-	// The last whole step (20) and the one in progress (3) over 6 s.
-	if want := 23.0 / 6; ns.DecisionsPerSecond != want {
-		t.Errorf("decisions per second %v, want %v", ns.DecisionsPerSecond, want)
-	}
-
-	// Five minutes and a step later the series has moved on: only zeros,
-	// but the totals stay.
-	c.Add((RatePoints + 1) * RateStep)
-	ns = nsReport(t, s.Stats(ctx), "default")
-	for i := range RatePoints {
-		if ns.Rate.Allowed[i] != 0 || ns.Rate.Denied[i] != 0 {
-			t.Fatalf("after five minutes, step %d counts %d and %d", i, ns.Rate.Allowed[i], ns.Rate.Denied[i])
-		}
-	}
-	if ns.DecisionsPerSecond != 0 || ns.Allowed != 30 || ns.Denied != 8 {
-		t.Errorf("after five minutes: %v/s, totals %d and %d", ns.DecisionsPerSecond, ns.Allowed, ns.Denied)
-	}
-}
-
-func TestStatsRateSinceStart(t *testing.T) {
-	s, c, _ := newService(t, Options{})
-	c.Add(2 * time.Second)
-	decide(s.stats, "default", "alice", 8, true, 0)
-	// Started 2 s ago: the rate is over those 2 s, not over a whole step
-	// before the start.
-	if got := nsReport(t, s.Stats(context.Background()), "default").DecisionsPerSecond; got != 4 {
-		t.Errorf("decisions per second %v, want 4", got)
-	}
-}
-
-func TestRateRing(t *testing.T) {
-	var r rateRing
-	r.add(100, true)
-	r.add(100, false)
-	r.add(100+rateSlots, true) // the same slot, a later step: it starts over
-	r.add(100, true)           // late: older than its slot's step, dropped
-	a, d := r.counts(100+rateSlots, 1)
-	if a[0] != 1 || d[0] != 0 {
-		t.Errorf("reused slot: allowed %d denied %d, want 1 and 0", a[0], d[0])
-	}
-	a, d = r.counts(100, 1)
-	if a[0] != 0 || d[0] != 0 {
-		t.Errorf("the old step is still counted: %d and %d", a[0], d[0])
-	}
-}
-
-func TestLatencyBins(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 10000 {
-		d := time.Duration(1<<latencyMinOctave + rng.Int64N(1<<latencyMaxOctave))
-		up := latencyUpper(latencyBin(d))
-		if up <= d || float64(up) > 1.25*float64(d) {
-			t.Fatalf("%v falls in the bin with upper bound %v: want above it by at most 25%%", d, up)
-		}
-	}
-	for _, tc := range []struct {
-		d   time.Duration
-		bin int
-	}{
-		{0, 0}, {-time.Second, 0}, {time.Nanosecond, 0}, {1023, 0}, {1024, 0}, {1280, 1},
-		{time.Hour, latencyBins - 1},
-	} {
-		if got := latencyBin(tc.d); got != tc.bin {
-			t.Errorf("latencyBin(%v) = %d, want %d", tc.d, got, tc.bin)
-		}
-	}
-}
-
-func TestStatsLatencyPercentiles(t *testing.T) {
-	s, c, _ := newService(t, Options{})
-	st := s.stats
-	decide(st, "default", "a", 98, true, time.Millisecond)
-	decide(st, "default", "a", 2, true, 100*time.Millisecond)
-	lat := nsReport(t, s.Stats(context.Background()), "default").Latency
-	if lat.Count != 100 {
-		t.Errorf("count %d, want 100", lat.Count)
-	}
-	if lat.P50Ms < 1 || lat.P50Ms > 1.25 {
-		t.Errorf("p50 %v ms, want 1 ms (up to its bin's bound)", lat.P50Ms)
-	}
-	if lat.P99Ms < 100 || lat.P99Ms > 125 {
-		t.Errorf("p99 %v ms, want 100 ms (up to its bin's bound)", lat.P99Ms)
-	}
-
-	// A minute and a step later, only the new checks count.
-	c.Add(LatencyWindow + RateStep)
-	decide(st, "default", "a", 10, false, 10*time.Microsecond)
-	lat = nsReport(t, s.Stats(context.Background()), "default").Latency
-	if lat.Count != 10 || lat.P99Ms > 0.0125 || lat.P99Ms < 0.010 {
-		t.Errorf("after the window: %+v, want 10 checks of 10 µs", lat)
-	}
-}
-
-func TestTopDeniedFindsHeavyHittersInFixedMemory(t *testing.T) {
-	sk := newSpaceSaving(TopDeniedCounters)
-	// 100 000 subjects denied once and five denied thousands of times,
-	// shuffled: 130 000 denials, so 64 counters must find every subject
-	// with more than 130 000/64 = 2031.
-	heavy := map[string]uint64{"mallory": 8000, "trudy": 7000, "eve": 6000, "oscar": 5000, "chuck": 4000}
-	var stream []string
-	for name, n := range heavy {
-		for range n {
-			stream = append(stream, name)
-		}
-	}
-	const distinct = 100_000
-	rng := rand.New(rand.NewPCG(3, 4))
-	for i := range distinct {
-		stream = append(stream, fmt.Sprintf("subject-%d", i))
-	}
-	rng.Shuffle(len(stream), func(i, j int) { stream[i], stream[j] = stream[j], stream[i] })
-
-	var before uint64
-	for i, name := range stream {
-		sk.add("default", name, 0)
-		if i == len(stream)/10 {
-			before = testkit.LiveHeap()
-		}
-		if len(sk.counters) > TopDeniedCounters || cap(sk.counters) != TopDeniedCounters {
-			t.Fatalf("after %d denials the sketch holds %d counters of capacity %d, want at most %d", i+1, len(sk.counters), cap(sk.counters), TopDeniedCounters)
-		}
-	}
-	stream = nil
-	after := testkit.LiveHeap()
-	// 90% of the stream, about 90 000 new subjects, went through the
-	// sketch: a map of them would hold megabytes.
-	if grew := int64(after) - int64(before); grew > 256<<10 {
-		t.Errorf("the heap grew by %d bytes while the sketch took 90 000 more subjects", grew)
-	}
-
-	top := sk.top(len(heavy), 0)
-	for i, c := range top {
-		n, ok := heavy[c.subject]
-		if !ok {
-			t.Errorf("rank %d is %q (%d, ±%d), not a heavy hitter", i+1, c.subject, c.count, c.err)
-			continue
-		}
-		// Space-Saving never underestimates, and overestimates by at most
-		// the counter's err.
-		if c.count < n || c.count-c.err > n {
-			t.Errorf("%s: count %d ± %d, true count %d", c.subject, c.count, c.err, n)
-		}
-	}
-	// The ranking follows the true counts wherever they differ by more
-	// than the counts' possible overestimates.
-	for i := 1; i < len(top); i++ {
-		a, b := top[i-1], top[i]
-		if heavy[a.subject]+max(a.err, b.err) < heavy[b.subject] {
-			t.Errorf("ranks %d and %d out of order: %s (%d) then %s (%d)", i, i+1, a.subject, heavy[a.subject], b.subject, heavy[b.subject])
-		}
-	}
-}
-
-func TestTopDeniedDecays(t *testing.T) {
-	s, c := newStatsService(t, Options{}, StatsOptions{TopDenied: true})
-	decide(s.stats, "default", "alice", 100, false, 0)
-	decide(s.stats, "login", "alice", 1, false, 0)
-	decide(s.stats, "default", "bob", 40, true, 0)                         // allowed: not counted
-	s.stats.ObserveDecision(context.Background(), ratelimit.DecisionEvent{ // fail-closed denies everyone: not counted
-		Namespace: "default", Key: "7:default:carol", Decision: ratelimit.Decision{Source: ratelimit.SourceFailClosed},
-	})
-	c.Add(TopDeniedHalfLife)
-	decide(s.stats, "default", "bob", 60, false, 0)
-
-	top := s.Stats(context.Background()).TopDenied
-	if top == nil {
-		t.Fatal("no top_denied with TopDenied set")
-	}
-	want := []DeniedSubject{{"default", "bob", 60, 0}, {"default", "alice", 50, 0}}
-	if len(top.Subjects) != 2 || top.Subjects[0] != want[0] || top.Subjects[1] != want[1] {
-		t.Errorf("after a half-life: %+v, want %+v (alice halved, login's single denial halved to nothing)", top.Subjects, want)
-	}
-	c.Add(10 * TopDeniedHalfLife)
-	if top := s.Stats(context.Background()).TopDenied; len(top.Subjects) != 0 {
-		t.Errorf("ten half-lives later: %+v, want none", top.Subjects)
-	}
-}
-
-func TestTopDeniedOffByDefault(t *testing.T) {
-	s, _, _ := newService(t, Options{})
-	decide(s.stats, "default", "alice", 100, false, 0)
-	if r := s.Stats(context.Background()); r.TopDenied != nil || s.stats.top != nil {
-		t.Errorf("top_denied without TopDenied: %+v", r.TopDenied)
-	}
-}
-
-func TestSubjectOf(t *testing.T) {
-	lim, err := ratelimit.New[string](memstore.New(), ratelimit.PerSecond(1), ratelimit.WithNamespace("api:v2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := subjectOf(lim.Key("alice")); got != "alice" {
-		t.Errorf("subject of the limiter's key %q: %q, want alice", lim.Key("alice"), got)
-	}
-	rule, err := ratelimit.New[string](memstore.New(), ratelimit.PerSecond(1), ratelimit.WithNamespace("envoy:4:edge:14:remote_address:0:"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := subjectOf(rule.Key("10.0.0.1")); got != "10.0.0.1" {
-		t.Errorf("subject of an Envoy rule's key %q: %q, want 10.0.0.1", rule.Key("10.0.0.1"), got)
-	}
-	if got := subjectOf("other:key"); got != "other:key" {
-		t.Errorf("a key without the prefix: %q", got)
-	}
-	long1 := strings.Repeat("é", 200) + "1"
-	long2 := strings.Repeat("é", 200) + "2"
-	a, b := subjectOf(long1), subjectOf(long2)
-	if len(a) > MaxTopSubjectBytes || len(b) > MaxTopSubjectBytes || !utf8.ValidString(a) {
-		t.Errorf("long subject kept as %d bytes (valid UTF-8: %v), want at most %d", len(a), utf8.ValidString(a), MaxTopSubjectBytes)
-	}
-	if a == b {
-		t.Errorf("two long subjects differing at the end are kept as the same %q", a)
-	}
+	return operator.NamespaceReport{}
 }
 
 func TestStatsStoreAndReload(t *testing.T) {
 	down := errors.New("dial tcp 127.0.0.1:6379: connection refused")
 	degraded := false
 	s, c, _ := newService(t, Options{
-		StoreName: "redis cluster 127.0.0.1:7000", StoreKind: StoreCluster, Outage: fallback.LocalFallback,
+		StoreName: "redis cluster 127.0.0.1:7000", StoreKind: operator.StoreCluster, Outage: fallback.LocalFallback,
 		Degraded: func() bool { return degraded },
 		Masters:  func(context.Context) ([]string, error) { return []string{"127.0.0.1:7001", "127.0.0.1:7000"}, nil },
 	})
 	ctx := context.Background()
 	r := s.Stats(ctx)
-	if !r.Store.PrimaryUp || r.Store.Kind != StoreCluster || r.Store.Outage != "local-fallback" || len(r.Store.Masters) != 2 ||
-		r.Store.Masters[0] != (MasterReport{Addr: "127.0.0.1:7000", Up: true}) || r.Reload != nil {
+	if !r.Store.PrimaryUp || r.Store.Kind != operator.StoreCluster || r.Store.Outage != "local-fallback" || len(r.Store.Masters) != 2 ||
+		r.Store.Masters[0] != (operator.MasterReport{Addr: "127.0.0.1:7000", Up: true}) || r.Reload != nil {
 		t.Errorf("at start: %+v, reload %+v", r.Store, r.Reload)
 	}
 
@@ -355,13 +91,13 @@ func TestStatsStoreAndReload(t *testing.T) {
 	if r.Reload == nil || r.Reload.Result != "ok" || r.Reload.Error != "" || !r.Reload.At.Equal(c.Now()) {
 		t.Errorf("after a good reload: %+v", r.Reload)
 	}
-	if len(r.Namespaces) != 2 || r.Namespaces[1].Name != "login" || r.Namespaces[1].Policy != (Policy{Capacity: 5, RefillTokens: 5, RefillPeriod: "1m"}) {
+	if len(r.Namespaces) != 2 || r.Namespaces[1].Name != "login" || r.Namespaces[1].Policy != (config.PolicyJSON{Capacity: 5, RefillTokens: 5, RefillPeriod: "1m"}) {
 		t.Errorf("namespaces after the reload: %+v", r.Namespaces)
 	}
 }
 
 func TestStatsSingleServerOutage(t *testing.T) {
-	s, c, _ := newService(t, Options{StoreKind: StoreRedis, Outage: fallback.FailClosed})
+	s, c, _ := newService(t, Options{StoreKind: operator.StoreRedis, Outage: fallback.FailClosed})
 	ctx := context.Background()
 	s.stats.ObserveFallback(ctx, fallback.Event{Outage: fallback.FailClosed, Cause: errors.New("EOF"), At: c.Now()})
 	r := s.Stats(ctx).Store
@@ -371,62 +107,8 @@ func TestStatsSingleServerOutage(t *testing.T) {
 }
 
 func TestStatsEmbeddedHasNoOutage(t *testing.T) {
-	s, _, _ := newService(t, Options{StoreKind: StoreEmbedded, Outage: fallback.FailClosed})
+	s, _, _ := newService(t, Options{StoreKind: operator.StoreEmbedded, Outage: fallback.FailClosed})
 	if r := s.Stats(context.Background()).Store; r.Outage != "" || !r.PrimaryUp {
 		t.Errorf("embedded store: %+v", r)
-	}
-}
-
-// TestStatsConcurrent records from many goroutines while reports are read
-// (run with -race); the totals come out exact.
-func TestStatsConcurrent(t *testing.T) {
-	s, c := newStatsService(t, Options{StoreKind: StoreRedis}, StatsOptions{TopDenied: true})
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			for i := range 1000 {
-				decide(s.stats, "default", fmt.Sprintf("s%d-%d", g, i%50), 1, i%3 != 0, time.Millisecond)
-				if i%100 == 0 {
-					c.Add(time.Second)
-					s.stats.ObserveFallback(ctx, fallback.Event{Alive: i%200 == 0, At: c.Now()})
-				}
-			}
-		})
-	}
-	wg.Go(func() {
-		for range 50 {
-			s.Stats(ctx)
-		}
-	})
-	wg.Wait()
-	ns := nsReport(t, s.Stats(ctx), "default")
-	if ns.Allowed+ns.Denied != 8000 || ns.Denied != 8*334 {
-		t.Errorf("totals: %d allowed, %d denied; want 8000 in all, %d denied", ns.Allowed, ns.Denied, 8*334)
-	}
-}
-
-// TestStatsEnvoyDomains: the domains of Options.Envoy follow the
-// namespaces, sorted, with their figures and their rules, and no policy.
-func TestStatsEnvoyDomains(t *testing.T) {
-	s, _ := newStatsService(t, Options{Envoy: func() []EnvoyDomain {
-		return []EnvoyDomain{{Name: "envoy:web", Domain: "web", Rules: 1}, {Name: "envoy:edge", Domain: "edge", Rules: 3}}
-	}}, StatsOptions{})
-	decide(s.stats, "envoy:edge", "10.0.0.1", 4, true, time.Millisecond)
-	decide(s.stats, "envoy:edge", "10.0.0.1", 1, false, time.Millisecond)
-	r := s.Stats(context.Background())
-	var names []string
-	for _, ns := range r.Namespaces {
-		names = append(names, ns.Name)
-	}
-	if got := strings.Join(names, " "); got != "default envoy:edge envoy:web" {
-		t.Errorf("namespaces %q, want default, then the domains sorted", got)
-	}
-	edge := nsReport(t, r, "envoy:edge")
-	if edge.Allowed != 4 || edge.Denied != 1 || edge.Envoy == nil || *edge.Envoy != (EnvoyReport{Domain: "edge", Rules: 3}) || edge.Policy != (Policy{}) {
-		t.Errorf("envoy:edge: %+v, envoy %+v", edge, edge.Envoy)
-	}
-	if d := nsReport(t, r, "default"); d.Envoy != nil {
-		t.Errorf("the namespace default reports an Envoy domain: %+v", d.Envoy)
 	}
 }

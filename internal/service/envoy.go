@@ -14,6 +14,7 @@ import (
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/envoyrls"
+	"github.com/exactlimit/ratelimit/internal/operator"
 	"github.com/exactlimit/ratelimit/internal/server"
 )
 
@@ -152,11 +153,11 @@ func (e *envoy) stop(done <-chan struct{}) {
 
 // domains lists the domains of the configuration in force with their
 // rules, for the operator page.
-func (e *envoy) domains() []server.EnvoyDomain {
+func (e *envoy) domains() []operator.EnvoyDomain {
 	cfg := e.svc.Config()
-	var out []server.EnvoyDomain
+	var out []operator.EnvoyDomain
 	for _, d := range cfg.Domains() {
-		out = append(out, server.EnvoyDomain{Name: envoyrls.ObservedNamespace(d), Domain: d, Rules: cfg.RulesOf(d)})
+		out = append(out, operator.EnvoyDomain{Name: envoyrls.ObservedNamespace(d), Domain: d, Rules: cfg.RulesOf(d)})
 	}
 	return out
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/httplimit"
 	"github.com/exactlimit/ratelimit/internal/config"
+	"github.com/exactlimit/ratelimit/internal/operator"
 	"github.com/exactlimit/ratelimit/internal/server"
 )
 
@@ -109,7 +110,7 @@ func Start(ctx context.Context, c Config) (_ *Service, err error) {
 	}
 
 	metrics := server.NewMetrics()
-	stats := server.NewStats(server.StatsOptions{TopDenied: c.TopDenied})
+	stats := operator.NewStats(operator.StatsOptions{TopDenied: c.TopDenied})
 	s.store, err = openStore(&s.cfg, fallback.ObserverFunc(func(ctx context.Context, e fallback.Event) {
 		metrics.Observer().ObserveFallback(ctx, e)
 		stats.ObserveFallback(ctx, e)

@@ -18,7 +18,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/exactlimit/ratelimit/internal/server"
+	"github.com/exactlimit/ratelimit/internal/operator"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
@@ -139,7 +139,7 @@ func TestEnvoyDecisionsAreObserved(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("GET /v1/stats: %d %s", code, body)
 	}
-	var r server.StatsReport
+	var r operator.Report
 	if err := json.Unmarshal([]byte(body), &r); err != nil {
 		t.Fatal(err)
 	}

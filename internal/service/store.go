@@ -13,6 +13,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/fallback"
+	"github.com/exactlimit/ratelimit/internal/operator"
 	"github.com/exactlimit/ratelimit/internal/server"
 	"github.com/exactlimit/ratelimit/memstore"
 	"github.com/exactlimit/ratelimit/redisstore"
@@ -68,11 +69,11 @@ func (s *store) degraded() bool { return s.fb != nil && !s.fb.IsAlive() }
 func (s *store) kind() string {
 	switch s.redis.(type) {
 	case nil:
-		return server.StoreEmbedded
+		return operator.StoreEmbedded
 	case *redis.ClusterClient:
-		return server.StoreCluster
+		return operator.StoreCluster
 	}
-	return server.StoreRedis
+	return operator.StoreRedis
 }
 
 // masters returns the function that lists a Cluster's masters for the
