@@ -286,7 +286,7 @@ func (in *Interceptor) check(ctx context.Context, method string, req any) (metad
 	if d.Allowed && in.noHeader {
 		return nil, nil
 	}
-	md := Fields(p.name, p.lim.Limits(), d, in.clock())
+	md := fields(p.name, p.lim.Limits(), ratelimitheader.QuotasOf(p.lim), d, in.clock())
 	if d.Allowed {
 		return md, nil
 	}
@@ -300,8 +300,13 @@ func (in *Interceptor) check(ctx context.Context, method string, req any) (metad
 // x-ratelimit-reset), and, when d is a denial, retry-after in whole seconds
 // rounded up (at least 1).
 func Fields(name string, limits []ratelimit.Limit, d ratelimit.Decision, now time.Time) metadata.MD {
+	return fields(name, limits, nil, d, now)
+}
+
+// fields is Fields for a policy with quotas.
+func fields(name string, limits []ratelimit.Limit, quotas []ratelimit.Quota, d ratelimit.Decision, now time.Time) metadata.MD {
 	md := make(metadata.MD, 6)
-	if f, ok := ratelimitheader.Of(name, limits, d); ok {
+	if f, ok := ratelimitheader.OfPolicy(name, limits, quotas, d, now); ok {
 		f.Each(now, func(k, v string) { md[strings.ToLower(k)] = []string{v} })
 	}
 	if !d.Allowed {

@@ -20,7 +20,9 @@ import (
 type Limiter interface {
 	// TryAcquireN takes cost tokens for subject if its bucket holds them.
 	TryAcquireN(ctx context.Context, subject string, cost int64) (ratelimit.Decision, error)
-	// Limits returns the policy, for the RateLimit-Policy header.
+	// Limits returns the policy, for the RateLimit-Policy header (which
+	// lists its quotas too when the Limiter has a Quotas method, as
+	// *ratelimit.Limiter has).
 	Limits() []ratelimit.Limit
 }
 
@@ -227,7 +229,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		return
 	}
-	SetHeaders(w.Header(), m.name, m.lim.Limits(), d, m.clock())
+	now := m.clock()
+	if f, ok := ratelimitheader.OfPolicy(m.name, m.lim.Limits(), ratelimitheader.QuotasOf(m.lim), d, now); ok {
+		f.Set(w.Header(), now)
+	}
 	if !d.Allowed {
 		secs := ratelimitheader.RetryAfter(d.RetryAfter)
 		w.Header().Set(ratelimitheader.RetryAfterHeader, strconv.FormatInt(secs, 10))

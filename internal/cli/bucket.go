@@ -84,7 +84,7 @@ func runBucket(op string) func(ctx context.Context, env Env, args []string) erro
 			return err
 		}
 		defer st.close()
-		lim, err := ratelimit.NewMulti[string](st.store, pol.Limits(), ratelimit.WithNamespace(ns))
+		lim, err := ratelimit.NewMulti[string](st.store, pol.Limits(), append(pol.Options(), ratelimit.WithNamespace(ns))...)
 		if err != nil {
 			return err
 		}
@@ -111,7 +111,7 @@ func runBucket(op string) func(ctx context.Context, env Env, args []string) erro
 			return nil
 		}
 		if asJSON {
-			return json.NewEncoder(env.Stdout).Encode(server.NewDecision(ns, subject, cost, d))
+			return json.NewEncoder(env.Stdout).Encode(server.NewDecision(ns, subject, cost, d, pol))
 		}
 		fmt.Fprintln(env.Stdout, formatDecision(d))
 		return nil

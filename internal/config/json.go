@@ -15,6 +15,18 @@ type PolicyJSON struct {
 	// Tokens is a namespace's token_limit, in GET /v1/config and the
 	// operator page's figures; nil elsewhere and without one.
 	Tokens *PolicyJSON `json:"tokens,omitempty"`
+	// Quotas are a namespace's quotas, where Tokens may be.
+	Quotas []QuotaJSON `json:"quotas,omitempty"`
+}
+
+// QuotaJSON is the JSON form of a namespace's quota, in the fields of its
+// YAML: start is absent for the calendar's windows.
+type QuotaJSON struct {
+	Period    string `json:"period"`
+	Allowance int64  `json:"allowance"`
+	TimeZone  string `json:"time_zone"`
+	Start     string `json:"start,omitempty"`
+	Counts    string `json:"counts"`
 }
 
 // LimitJSON returns the JSON form of l.
@@ -29,6 +41,17 @@ func (p Policy) JSON() PolicyJSON {
 	if p.HasTokens() {
 		t := LimitJSON(p.Tokens)
 		out.Tokens = &t
+	}
+	for _, q := range p.Quotas {
+		loc := q.Start.Location()
+		j := QuotaJSON{Period: q.Period.String(), Allowance: q.Allowance, TimeZone: loc.String(), Counts: "requests"}
+		if q.Start != ratelimit.CalendarQuota(q.Allowance, q.Period, loc).Start {
+			j.Start = q.Start.In(loc).Format("2006-01-02T15:04:05")
+		}
+		if q.Tokens {
+			j.Counts = "tokens"
+		}
+		out.Quotas = append(out.Quotas, j)
 	}
 	return out
 }

@@ -241,8 +241,8 @@ var (
 	variesField  = regexp.MustCompile(`_ms$`)
 )
 
-// sameJSON compares a JSON answer with the one printed: equal, except the
-// *_ms fields, which must be 0 where the session shows 0 and between 1 and
+// sameJSON compares a JSON answer with the one printed: equal (arrays item
+// by item), except the *_ms fields, which must be 0 where the session shows 0 and between 1 and
 // 1000 (the sessions' namespace refills in one second, so no wait is
 // longer) where it shows more.
 func sameJSON(got, want any, path string) error {
@@ -266,6 +266,17 @@ func sameJSON(got, want any, path string) error {
 				continue
 			}
 			if err := sameJSON(gv, wv, path+"."+k); err != nil {
+				return err
+			}
+		}
+		return nil
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return fmt.Errorf("%s: got %v, want %v", path, got, want)
+		}
+		for i := range w {
+			if err := sameJSON(g[i], w[i], fmt.Sprintf("%s[%d]", path, i)); err != nil {
 				return err
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -350,7 +351,7 @@ func TestStatsEnvoyDomains(t *testing.T) {
 		t.Errorf("namespaces %q, want default, then the domains sorted", got)
 	}
 	edge := nsReport(t, r, "envoy:edge")
-	if edge.Allowed != 4 || edge.Denied != 1 || edge.Envoy == nil || *edge.Envoy != (EnvoyReport{Domain: "edge", Rules: 3}) || edge.Policy != (config.PolicyJSON{}) {
+	if edge.Allowed != 4 || edge.Denied != 1 || edge.Envoy == nil || *edge.Envoy != (EnvoyReport{Domain: "edge", Rules: 3}) || !reflect.DeepEqual(edge.Policy, (config.PolicyJSON{})) {
 		t.Errorf("envoy:edge: %+v, envoy %+v", edge, edge.Envoy)
 	}
 	if d := nsReport(t, r, "default"); d.Envoy != nil {

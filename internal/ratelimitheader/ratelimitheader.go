@@ -34,14 +34,15 @@ const (
 	RetryAfterHeader = "Retry-After"
 )
 
-// Policy is one item of RateLimit-Policy: a limit of the policy.
+// Policy is one item of RateLimit-Policy: a limit or a quota of the
+// policy.
 type Policy struct {
 	// Name is the item's name, unquoted.
 	Name string
-	// Quota is the limit's capacity (q).
+	// Quota is the limit's capacity, or the quota's allowance (q).
 	Quota int64
 	// Window is the whole seconds, at least 1, an empty bucket of the
-	// limit takes to fill (w).
+	// limit takes to fill, or the quota's current window lasts (w).
 	Window int64
 }
 
@@ -77,6 +78,18 @@ type Fields struct {
 // result is false when limits is empty and d carries no valid limit:
 // there is nothing to write.
 func Of(name string, limits []ratelimit.Limit, d ratelimit.Decision) (Fields, bool) {
+	return OfPolicy(name, limits, nil, d, time.Time{})
+}
+
+// OfPolicy is Of for a policy of limits and quotas, decided at now:
+// RateLimit-Policy lists the limits and then the quotas, each quota as its
+// allowance over its current window's length in seconds; when d carries
+// the standing of each (Decision.Standings), Bound is the standing of the
+// one d names (Decision.Binding), a quota's reset being its window's end.
+func OfPolicy(name string, limits []ratelimit.Limit, quotas []ratelimit.Quota, d ratelimit.Decision, now time.Time) (Fields, bool) {
+	if n := len(limits) + len(quotas); len(limits) > 0 && n > 1 && len(d.Standings) == n && d.Binding >= 0 && d.Binding < n {
+		return ofStandings(name, limits, quotas, d, now), true
+	}
 	if len(limits) == 0 {
 		if d.Limit.Validate() != nil {
 			return Fields{}, false
@@ -107,6 +120,38 @@ func Of(name string, limits []ratelimit.Limit, d ratelimit.Decision) (Fields, bo
 	}
 	f.Bound = Standing{Name: f.Policy[bound].Name, Limit: max(capacity, 0), Remaining: remaining, ResetAfter: resetAfter}
 	return f, true
+}
+
+// QuotasOf returns the quotas of lim, a limiter, when it tells them (as
+// *ratelimit.Limiter does, with its Quotas method); nil otherwise.
+func QuotasOf(lim any) []ratelimit.Quota {
+	if q, ok := lim.(interface{ Quotas() []ratelimit.Quota }); ok {
+		return q.Quotas()
+	}
+	return nil
+}
+
+// ofStandings is OfPolicy from d's standing of each limit and quota.
+func ofStandings(name string, limits []ratelimit.Limit, quotas []ratelimit.Quota, d ratelimit.Decision, now time.Time) Fields {
+	n := len(limits) + len(quotas)
+	f := Fields{Policy: make([]Policy, n)}
+	for i := range n {
+		f.Policy[i].Name = itemName(name, i, n)
+		if i < len(limits) {
+			f.Policy[i].Quota, f.Policy[i].Window = max(limits[i].Capacity, 0), window(limits[i])
+			continue
+		}
+		q := quotas[i-len(limits)]
+		start, end := q.Window(now)
+		f.Policy[i].Quota, f.Policy[i].Window = q.Allowance, max(1, Seconds(end.Sub(start)))
+	}
+	b := d.Binding
+	s := d.Standings[b]
+	f.Bound = Standing{Name: f.Policy[b].Name, Limit: f.Policy[b].Quota, Remaining: max(s.Remaining, 0), ResetAfter: max(s.ResetAfter, 0)}
+	if b < len(limits) && d.Limit.Validate() == nil && d.Limit != limits[b] {
+		f.Bound.Limit = d.Limit.Capacity // a fallback's share of it
+	}
+	return f
 }
 
 // itemName is the name of limit i of n in a policy called name.

@@ -46,6 +46,10 @@ type Decision struct {
 	// "fail-closed" or "cache".
 	Source string             `json:"source"`
 	Policy *config.PolicyJSON `json:"policy,omitempty"`
+	// Limits is the standing of each limit and quota of the namespace, in
+	// the order of its rate_limit, token_limit and quotas; absent from a
+	// decision that was not enforced.
+	Limits []Standing `json:"limits,omitempty"`
 	// Costs is a reserve's estimate when it gives one cost per limit.
 	Costs []int64 `json:"costs,omitempty"`
 	// Token is the reservation of an allowed /v1/reserve, to settle, and
@@ -57,8 +61,65 @@ type Decision struct {
 	Error string `json:"error,omitempty"`
 }
 
-// NewDecision returns the JSON form of d for subject in namespace ns.
-func NewDecision(ns, subject string, cost int64, d ratelimit.Decision) Decision {
+// Standing is the JSON form of one limit's or quota's standing after a
+// decision.
+type Standing struct {
+	// Kind is "rate_limit", "token_limit" or "quota".
+	Kind string `json:"kind"`
+	// Limit is the limit's capacity, or the quota's allowance.
+	Limit int64 `json:"limit"`
+	// Remaining is the whole tokens left: of a quota, its allowance less
+	// what its window used.
+	Remaining int64 `json:"remaining"`
+	// ResetAfterMs is the wait until the limit's bucket is full, or until
+	// the quota's window ends, rounded up to the millisecond.
+	ResetAfterMs int64 `json:"reset_after_ms"`
+	// Period, TimeZone and Counts describe a quota: its period (day,
+	// week, month or year), its time zone, and what it counts (requests
+	// or tokens).
+	Period   string `json:"period,omitempty"`
+	TimeZone string `json:"time_zone,omitempty"`
+	Counts   string `json:"counts,omitempty"`
+}
+
+// standings returns the JSON form of the standing of each limit and quota
+// of pol after d: d.Standings, or for a policy of one limit d's own
+// figures. A decision that was not enforced has none.
+func standings(pol config.Policy, d ratelimit.Decision) []Standing {
+	if !d.Enforced() {
+		return nil
+	}
+	limits := pol.Limits()
+	n := len(limits) + len(pol.Quotas)
+	if n == 1 || len(d.Standings) != n {
+		if n > 1 {
+			return nil // a decision of the denial cache or a lease: the bound one alone is known
+		}
+		return []Standing{{Kind: "rate_limit", Limit: limits[0].Capacity, Remaining: max(d.Remaining, 0), ResetAfterMs: ceilMillis(d.ResetAfter)}}
+	}
+	out := make([]Standing, n)
+	for i, st := range d.Standings {
+		out[i] = Standing{Remaining: max(st.Remaining, 0), ResetAfterMs: ceilMillis(st.ResetAfter)}
+		switch {
+		case i == 0:
+			out[i].Kind, out[i].Limit = "rate_limit", limits[0].Capacity
+		case i < len(limits):
+			out[i].Kind, out[i].Limit = "token_limit", limits[i].Capacity
+		default:
+			q := pol.Quotas[i-len(limits)]
+			out[i].Kind, out[i].Limit, out[i].Period, out[i].TimeZone = "quota", q.Allowance, q.Period.String(), q.Start.Location().String()
+			out[i].Counts = "requests"
+			if q.Tokens {
+				out[i].Counts = "tokens"
+			}
+		}
+	}
+	return out
+}
+
+// NewDecision returns the JSON form of d for subject in namespace ns, of
+// policy pol.
+func NewDecision(ns, subject string, cost int64, d ratelimit.Decision, pol config.Policy) Decision {
 	out := Decision{
 		Allowed:      d.Allowed,
 		Namespace:    ns,
@@ -69,6 +130,11 @@ func NewDecision(ns, subject string, cost int64, d ratelimit.Decision) Decision 
 		RetryAfterMs: ceilMillis(d.RetryAfter),
 		ResetAfterMs: ceilMillis(d.ResetAfter),
 		Source:       d.Source.String(),
+		Limits:       standings(pol, d),
+	}
+	if d.Binding >= len(pol.Limits()) {
+		// A quota bound the decision: Limit is its allowance.
+		out.Limit = pol.Quotas[d.Binding-len(pol.Limits())].Allowance
 	}
 	if d.Limit.Validate() == nil {
 		p := config.LimitJSON(d.Limit)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -92,7 +93,7 @@ func TestStatsMatchMetrics(t *testing.T) {
 	if r.TopDenied == nil || len(r.TopDenied.Subjects) != 1 || r.TopDenied.Subjects[0] != (operator.DeniedSubject{Namespace: "default", Subject: "alice", Denied: 3}) {
 		t.Errorf("top denied: %+v", r.TopDenied)
 	}
-	if ns.Policy != (config.PolicyJSON{Capacity: 10, RefillTokens: 10, RefillPeriod: "1s"}) {
+	if !reflect.DeepEqual(ns.Policy, config.PolicyJSON{Capacity: 10, RefillTokens: 10, RefillPeriod: "1s"}) {
 		t.Errorf("policy %+v", ns.Policy)
 	}
 }

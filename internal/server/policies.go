@@ -40,7 +40,7 @@ func (s *Service) SetPolicies(p config.Policies) error {
 		if s.clock != nil {
 			opts = append(opts, ratelimit.WithClock(s.clock))
 		}
-		lim, err := ratelimit.NewMulti[string](s.store, pol.Limits(), opts...)
+		lim, err := ratelimit.NewMulti[string](s.store, pol.Limits(), append(opts, pol.Options()...)...)
 		if err != nil {
 			return fmt.Errorf("namespace %q: %w", ns, err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/httplimit"
+	"github.com/exactlimit/ratelimit/internal/config"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
 )
 
@@ -122,7 +123,7 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, path, code, msg)
 		return
 	}
-	ns, _, lim, ok := s.lookup(w, path, req.Namespace)
+	ns, pol, lim, ok := s.lookup(w, path, req.Namespace)
 	if !ok {
 		return
 	}
@@ -138,6 +139,7 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 	if costs == nil {
 		costs = []int64{1}
 	}
+	costs = perPart(pol, costs)
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 	rv, err := lim.Reserve(ctx, req.Subject, ttl, costs...)
 	cancel()
@@ -148,7 +150,7 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := rv.Decision
-	out := NewDecision(ns, req.Subject, 0, d)
+	out := NewDecision(ns, req.Subject, 0, d, pol)
 	if len(costs) == 1 {
 		out.Cost = costs[0]
 	} else {
@@ -194,12 +196,12 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, path, http.StatusBadRequest, `used is required: what the work used, such as 480, or [1, 480] for a request of 480 tokens; 0 gives the reservation back`)
 		return
 	}
-	ns, _, lim, ok := s.lookup(w, path, req.Namespace)
+	ns, pol, lim, ok := s.lookup(w, path, req.Namespace)
 	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
-	d, err := lim.Settle(ctx, req.Token, req.Used...)
+	d, err := lim.Settle(ctx, req.Token, perPart(pol, req.Used)...)
 	cancel()
 	if errors.Is(err, ratelimit.ErrNotReserved) {
 		s.fail(w, path, http.StatusConflict, "no such reservation in namespace "+fmt.Sprintf("%q", ns)+": it was settled or cancelled already, or it expired")
@@ -211,8 +213,19 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 	if s.failedSaying(w, r, path, ns, err, settleUnavailable) {
 		return
 	}
-	out := NewDecision(ns, "", 0, d)
+	out := NewDecision(ns, "", 0, d, pol)
 	s.answer(r.Context(), w, path, lim, "", &out, d, false)
+}
+
+// perPart returns counts, a reserve's costs or a settle's used counts, one
+// per limit and quota of pol: counts as they are when they are one count or
+// one per limit and quota; for a namespace with quotas given one count per
+// limit (requests and tokens), each quota takes the count of what it counts.
+func perPart(pol config.Policy, counts []int64) []int64 {
+	if len(pol.Quotas) == 0 || len(counts) != len(pol.Limits()) || len(counts) == 1 {
+		return counts
+	}
+	return pol.Costs(counts[0], counts[len(counts)-1])
 }
 
 // logFailure logs an operation's error that is not the request's own, at

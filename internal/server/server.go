@@ -287,7 +287,7 @@ func (s *Service) api(o op) http.Handler {
 		if o == opPeek {
 			cost = 0
 		}
-		out := NewDecision(ns, req.Subject, cost, d)
+		out := NewDecision(ns, req.Subject, cost, d, pol)
 		s.answer(r.Context(), w, path, lim, req.Subject, &out, d, o == opAcquire)
 	})
 }
@@ -330,11 +330,22 @@ func (s *Service) answer(ctx context.Context, w http.ResponseWriter, path string
 		w.Header().Set("Retry-After", "1")
 	case !d.Enforced():
 	default:
-		if f, ok := ratelimitheader.Of(lim.Namespace(), lim.Limits(), d); ok {
-			f.Set(w.Header(), s.now())
+		now := s.now()
+		if f, ok := ratelimitheader.OfPolicy(lim.Namespace(), lim.Limits(), lim.Quotas(), d, now); ok {
+			f.Set(w.Header(), now)
 		}
-		if len(lim.Limits()) == 2 && subject != "" {
-			s.openAIHeaders(ctx, w.Header(), lim, subject)
+		if limits := lim.Limits(); len(limits) == 2 && subject != "" {
+			// (A settle's answer, which knows no subject, has none.)
+			if len(d.Standings) >= 2 {
+				// The decision's own standing of requests and tokens.
+				st := [2]ratelimitheader.Standing{}
+				for i := range st {
+					st[i] = ratelimitheader.Standing{Limit: limits[i].Capacity, Remaining: d.Standings[i].Remaining, ResetAfter: d.Standings[i].ResetAfter}
+				}
+				ratelimitheader.SetOpenAI(w.Header(), st[0], st[1])
+			} else {
+				s.openAIHeaders(ctx, w.Header(), lim, subject)
+			}
 		}
 		if !d.Allowed && deny {
 			code = http.StatusTooManyRequests

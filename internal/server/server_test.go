@@ -101,7 +101,7 @@ func TestAcquireUntilDenied(t *testing.T) {
 		}
 	}
 	res := call(t, h, "POST", "/v1/acquire", `{"subject":"alice"}`)
-	want := `{"allowed":false,"namespace":"default","subject":"alice","cost":1,"remaining":0,"limit":10,"retry_after_ms":100,"reset_after_ms":1000,"source":"store","policy":{"capacity":10,"refill_tokens":10,"refill_period":"1s"}}` + "\n"
+	want := `{"allowed":false,"namespace":"default","subject":"alice","cost":1,"remaining":0,"limit":10,"retry_after_ms":100,"reset_after_ms":1000,"source":"store","policy":{"capacity":10,"refill_tokens":10,"refill_period":"1s"},"limits":[{"kind":"rate_limit","limit":10,"remaining":0,"reset_after_ms":1000}]}` + "\n"
 	if res.code != 429 || res.body != want {
 		t.Fatalf("11th call: %d %s\nwant 429 %s", res.code, res.body, want)
 	}

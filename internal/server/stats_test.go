@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -91,7 +92,7 @@ func TestStatsStoreAndReload(t *testing.T) {
 	if r.Reload == nil || r.Reload.Result != "ok" || r.Reload.Error != "" || !r.Reload.At.Equal(c.Now()) {
 		t.Errorf("after a good reload: %+v", r.Reload)
 	}
-	if len(r.Namespaces) != 2 || r.Namespaces[1].Name != "login" || r.Namespaces[1].Policy != (config.PolicyJSON{Capacity: 5, RefillTokens: 5, RefillPeriod: "1m"}) {
+	if len(r.Namespaces) != 2 || r.Namespaces[1].Name != "login" || !reflect.DeepEqual(r.Namespaces[1].Policy, config.PolicyJSON{Capacity: 5, RefillTokens: 5, RefillPeriod: "1m"}) {
 		t.Errorf("namespaces after the reload: %+v", r.Namespaces)
 	}
 }
