@@ -37,14 +37,14 @@ const (
 	instrSubjects       = 1000
 )
 
-func measureInstructions(ctx context.Context, p policy, ks []int) ([]instructionCount, error) {
+func measureInstructions(ctx context.Context, p policy, ks []int, quota bool) ([]instructionCount, error) {
 	var out []instructionCount
 	for _, k := range ks {
-		few, err := callgrindRun(ctx, p, k, instrFew)
+		few, err := callgrindRun(ctx, p, k, instrFew, quota)
 		if err != nil {
 			return nil, err
 		}
-		many, err := callgrindRun(ctx, p, k, instrMany)
+		many, err := callgrindRun(ctx, p, k, instrMany, quota)
 		if err != nil {
 			return nil, err
 		}
@@ -55,7 +55,7 @@ func measureInstructions(ctx context.Context, p policy, ks []int) ([]instruction
 
 // callgrindRun starts redis-server under callgrind, sends calls script calls
 // of k keys, stops it and returns the instructions it executed.
-func callgrindRun(ctx context.Context, p policy, k, calls int) (int64, error) {
+func callgrindRun(ctx context.Context, p policy, k, calls int, quota bool) (int64, error) {
 	vg, err := findBinary("valgrind")
 	if err != nil {
 		return 0, fmt.Errorf("%w (apt-get install valgrind)", err)
@@ -95,6 +95,9 @@ func callgrindRun(ctx context.Context, p policy, k, calls int) (int64, error) {
 		return 0, err
 	}
 	r := ratelimit.Request{Limits: []ratelimit.Limit{ourLimit(env{policy: p})}, Cost: 1}
+	if quota {
+		r.Quotas = []ratelimit.Quota{ratelimit.CalendarQuota(1<<50, ratelimit.Month, nil)}
+	}
 	var enc script.Encoder
 	keys := make([]string, k)
 	for i := range calls {
@@ -102,6 +105,9 @@ func callgrindRun(ctx context.Context, p policy, k, calls int) (int64, error) {
 		for j := range k {
 			keys[j] = fmt.Sprintf("ic:%d", (i*k+j)%instrSubjects)
 			args = enc.AppendRequest(args, r)
+		}
+		if quota && k > 1 {
+			args = append(args, int64(script.ReplyLen+2*2)) // the reply's width: two parts
 		}
 		if _, err := c.FCall(ctx, script.Function, keys, args...).Result(); err != nil {
 			return 0, err

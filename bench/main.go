@@ -33,6 +33,8 @@ type config struct {
 	only          *regexp.Regexp
 	sections      map[string]bool
 	instrKeys     []int // the instructions section's keys per call
+	instrQuota    bool  // the instructions section's policy has a monthly quota
+	instrRate     int64 // the instructions section's refill per second (its burst is the policy's)
 	pool          int
 	memSubjects   int
 	localSubjects int
@@ -95,6 +97,8 @@ func main() {
 	only := flag.String("only", "", "regexp: run only the limiters whose names match (the floor and redis_rate always run, for the ratios)")
 	sections := flag.String("sections", allSections, "sections to run (and instructions, which needs valgrind)")
 	instrKeys := flag.String("instr-keys", "1,4,16", "instructions section: the keys per call to count")
+	instrRate := flag.Int64("instr-rate", 0, "instructions section: the limit's refill per second (default the policy's); 1 keeps every bucket's key between its checks")
+	instrQuota := flag.Bool("instr-quota", false, "instructions section: add a quota of a calendar month to the policy, which the checks never exhaust")
 	pool := flag.Int("pool", 0, "go-redis pool size for every go-redis client (0: go-redis's default, 10 per GOMAXPROCS)")
 	memSubjects := flag.Int("mem-subjects", 0, "subjects for the used_memory growth (default 10000)")
 	localSubjects := flag.Int("local-subjects", 0, "subjects for the in-process heap and ns/op (default 1000000)")
@@ -150,6 +154,7 @@ func main() {
 		}
 	}
 	cfg.sections = parseSections(*sections)
+	cfg.instrQuota, cfg.instrRate = *instrQuota, *instrRate
 	if cfg.instrKeys, err = parseInts(*instrKeys); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -278,7 +283,11 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 
 	if cfg.sections["instructions"] {
 		logf("instructions: redis-server under callgrind, our script, calls of K keys")
-		ic, err := measureInstructions(ctx, p, cfg.instrKeys)
+		ip := p
+		if cfg.instrRate > 0 {
+			ip.rate = cfg.instrRate
+		}
+		ic, err := measureInstructions(ctx, ip, cfg.instrKeys, cfg.instrQuota)
 		if err != nil {
 			return fmt.Errorf("instructions: %w", err)
 		}

@@ -296,7 +296,15 @@ func (rep *report) writeCeiling(w io.Writer) {
 
 func (rep *report) writeInstructions(w io.Writer) {
 	fmt.Fprintf(w, "### Inside Redis: instructions per decision (callgrind)\n\n")
-	fmt.Fprintf(w, "Our script, one limit of %d/s, %d subjects cycling, calls of K keys in mode \"each\" on the server's TIME: (instructions at %d calls − at %d) ÷ (%d·K). Independent of the machine's load.\n\n", rep.cfg.rate, instrSubjects, instrMany, instrFew, instrMany-instrFew)
+	quota := ""
+	if rep.cfg.instrQuota {
+		quota = " and a quota of a calendar month (-instr-quota)"
+	}
+	rate := rep.cfg.rate
+	if rep.cfg.instrRate > 0 {
+		rate = rep.cfg.instrRate
+	}
+	fmt.Fprintf(w, "Our script, one limit of %d/s, bursting to %d%s, %d subjects cycling, calls of K keys in mode \"each\" on the server's TIME: (instructions at %d calls − at %d) ÷ (%d·K). Independent of the machine's load.\n\n", rate, rep.cfg.burst, quota, instrSubjects, instrMany, instrFew, instrMany-instrFew)
 	fmt.Fprintln(w, "| K | instructions per decision |")
 	fmt.Fprintln(w, "|---:|---:|")
 	for _, c := range rep.instructions {

@@ -106,11 +106,16 @@ func (s *Store) callArgs(call []group) (keys []string, args []any) {
 	}
 	keys = make([]string, 0, n)
 	args = script.CallArgs(call[0][0].Request, mode(call), n)
+	most := 0 // the most limits and quotas of a request
 	for _, g := range call {
 		for _, it := range g {
 			keys = append(keys, it.Key)
 			args = s.enc.AppendRequest(args, it.Request)
+			most = max(most, len(it.Request.Limits)+len(it.Request.Quotas))
 		}
+	}
+	if n > 1 && most > 1 {
+		args = append(args, int64(script.ReplyLen+2*most))
 	}
 	return keys, args
 }

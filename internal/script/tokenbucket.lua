@@ -62,6 +62,9 @@
 -- then per quota tokens, and its window's start and end, then the bucket's key. (Version 1, of releases whose
 -- record key named the bucket, held no key; its records are never read.)
 --
+-- and for a call of several keys ("each", "all" or groups), W (below) after the keys' part, when
+-- it is not 5.
+--
 -- Reply: an array of 1 + WK integers: the number of integers per key, W, then per key, in the
 -- order of KEYS (for "reserve" and "settle", one key: the bucket): flags (1: its own bucket
 -- holds the cost, or for a settle a token; 2: another policy wrote the bucket; 8: a settle found
@@ -127,15 +130,28 @@ end
 -- limit asks for (negative: ask, take nothing), or costs[i] limit i's; when take is true and it
 -- is allowed it takes the costs and writes the bucket. With held (a record's limits and tokens)
 -- it settles instead, as Settle does: costs[i] or cost is what limit i used. It returns the
--- key's 5 integers of the reply (see the header), or nil and its error.
-local function step(key, limits, cost, costs, now, take, held)
+-- key's 5 integers of the reply (see the header), or nil and its error; for a policy of more
+-- than one limit or quota it writes the standing of each into reply after the key's 5, from
+-- reply[y + 5]. Each quota's window and count of this call are left in the quota's own table
+-- (ws, we and u: a table made per call costs some 500 instructions; the memo's quota tables
+-- are the call's own while it runs).
+local function step(key, limits, cost, costs, now, take, held, reply, y)
   local n, quotas, nq = #limits, limits.quotas, 0
-  if quotas then nq = #quotas end
-  for i = 1, n + nq do
-    local c = cost
+  for i = 1, n do
+    local l, c = limits[i], cost
     if costs then c = costs[i] end
     if c < 0 then c = -c end
-    if not held and (i <= n and c > limits[i].c or i > n and c > quotas[i - n].a) then return nil, MALFORMED end
+    if not held and c > l.c then return nil, MALFORMED end
+  end
+  if quotas then
+    -- (Every quota's code is under a test of quotas: a policy without any pays nothing for it.)
+    nq = #quotas
+    for j = 1, nq do
+      local c = cost
+      if costs then c = costs[n + j] end
+      if c < 0 then c = -c end
+      if not held and c > quotas[j].a then return nil, MALFORMED end
+    end
   end
   take = take and cost > 0 and not held
 
@@ -144,12 +160,13 @@ local function step(key, limits, cost, costs, now, take, held)
   local ok, raw = pcall(redis.call, 'GET', key)
   if not ok then return nil, CORRUPT .. 'not a string' end
   local t0, back, converted, exists = now, 0, false, false
-  local bands, m, stored = nil, 0, nil
+  local bands, m = nil, 0
+  local qat, sq = 0, 0 -- where the stored quota bands start, and how many there are
   if raw then
     local len = #raw
     if len < 36 then return nil, CORRUPT .. 'too short' end
     local v, last = struct.unpack('>BI7', raw)
-    local first, sq = 9, 0 -- where the bands start, and the number of quota bands
+    local first = 9 -- where the bands start
     if v == 3 then
       m, sq = struct.unpack('>BB', raw, 9)
       if m < 1 or sq < 1 or m + sq > 8 or len ~= 10 + 28 * m + 21 * sq then
@@ -168,11 +185,10 @@ local function step(key, limits, cost, costs, now, take, held)
     if sq > 0 then
       -- The quota bands: each window's start and end, and what it used. One that used something
       -- in a window that holds t0 keeps the bucket from being the same as a missing one.
-      stored = {}
+      qat = first + 28 * m
       for k = 1, sq do
-        local s, e, u = struct.unpack('>i7i7I7', raw, first + 28 * m + 21 * (k - 1))
+        local s, e, u = struct.unpack('>i7i7I7', raw, qat + 21 * (k - 1))
         if s >= e or s < -MAX or e > MAX or u > MAX then return nil, CORRUPT .. 'field out of range' end
-        stored[k] = {s = s, e = e, u = u}
         if u > 0 and s <= t0 and t0 < e then exists = true end
       end
     end
@@ -272,9 +288,8 @@ local function step(key, limits, cost, costs, now, take, held)
 
   -- Each quota's window, of the three the caller gave, that holds t0, and what the quota band of
   -- that window used (the first not taken, in order), or nothing (loadQuotas in quota.go).
-  local ws, we, used
-  if nq > 0 then
-    ws, we, used = {}, {}, {}
+  if quotas then
+    local taken = 0 -- the stored quota bands taken: bit k-1 for band k
     for j = 1, nq do
       local q = quotas[j]
       local s, e
@@ -287,15 +302,17 @@ local function step(key, limits, cost, costs, now, take, held)
       else
         return nil, 'ratelimit: the server\'s clock is more than a quota window away from the caller\'s'
       end
-      ws[j], we[j], used[j] = s, e, 0
-      if stored then
-        for k = 1, #stored do
-          local b = stored[k]
-          if not b.taken and b.s == s and b.e == e then
-            used[j], b.taken = b.u, true
+      q.ws, q.we, q.u = s, e, 0
+      local bit = 1
+      for k = 1, sq do
+        if taken % (2 * bit) < bit then
+          local bs, be, bu = struct.unpack('>i7i7I7', raw, qat + 21 * (k - 1))
+          if bs == s and be == e then
+            q.u, taken = bu, taken + bit
             break
           end
         end
+        bit = 2 * bit
       end
     end
   end
@@ -334,21 +351,22 @@ local function step(key, limits, cost, costs, now, take, held)
     end
     -- Each quota that the record took from in this window gets its difference, never below
     -- zero and up to 2^53 (Settle in step.go).
-    for j = 1, nq do
+    if quotas then for j = 1, nq do
       for k = 1, #held do
         local h = held[k]
-        if not h.used and h.q and (h.cur or h.s == ws[j] and h.e == we[j]) then
+        local q = quotas[j]
+        if not h.used and h.q and (h.cur or h.s == q.ws and h.e == q.we) then
           h.used = true
           local c = cost
           if costs then c = costs[n + j] end
-          local u = used[j] + c - h.tokens
+          local u = q.u + c - h.tokens
           if u < 0 then u = 0 end
           if u > MAX then u = MAX end
-          if u ~= used[j] then used[j], write = u, true end
+          if u ~= q.u then q.u, write = u, true end
           break
         end
       end
-    end
+    end end
     cost, costs = -1, nil -- the standing after it, as a peek reports it
   end
 
@@ -362,13 +380,15 @@ local function step(key, limits, cost, costs, now, take, held)
       break
     end
   end
-  for j = 1, nq do
-    local need = cost
-    if costs then need = costs[n + j] end
-    if need < 0 then need = -need end
-    if need > quotas[j].a - used[j] then
-      allowed = false
-      break
+  if quotas and allowed then
+    for j = 1, nq do
+      local need = cost
+      if costs then need = costs[n + j] end
+      if need < 0 then need = -need end
+      if need > quotas[j].a - quotas[j].u then
+        allowed = false
+        break
+      end
     end
   end
   take = take and allowed
@@ -376,9 +396,9 @@ local function step(key, limits, cost, costs, now, take, held)
   local remaining, bound, retry, reset = -1, 1, 0, 0
   local value
   local version = 1
-  -- The standing of each limit and quota, for a policy of more than one: remaining and reset.
-  local standing
-  if n + nq > 1 then standing = {ws = ws, we = we} end
+  -- The standing of each limit and quota, for a policy of more than one: remaining and reset,
+  -- into the reply.
+  local standing = n > 1 or quotas
   for i = 1, n do
     local l = limits[i]
     local need = cost
@@ -402,38 +422,42 @@ local function step(key, limits, cost, costs, now, take, held)
     end
     local w = ceilDiv(l.c * l.p - levels[i], l.r)
     if w > reset then reset = w end
-    if standing then standing[2 * i - 1], standing[2 * i] = tok, w end
+    if standing then reply[y + 3 + 2 * i], reply[y + 4 + 2 * i] = tok, w end
   end
-  for j = 1, nq do
+  if quotas then for j = 1, nq do
     local q, need = quotas[j], cost
     if costs then need = costs[n + j] end
     if need < 0 then need = -need end
-    if take then used[j] = used[j] + need end
-    local tok = q.a - used[j]
+    if take then q.u = q.u + need end
+    local tok = q.a - q.u
     if tok < 0 then tok = 0 end
     if remaining < 0 or tok < remaining then
       remaining = tok
       if allowed then bound = n + j end
     end
-    local w = we[j] - t0
-    if not allowed and need > q.a - used[j] and w > retry then
+    local w = q.we - t0
+    if not allowed and need > q.a - q.u and w > retry then
       retry, bound = w, n + j
     end
-    if used[j] > 0 and w > reset then reset = w end
-    standing[2 * (n + j) - 1], standing[2 * (n + j)] = tok, w
-  end
+    if q.u > 0 and w > reset then reset = w end
+    reply[y + 3 + 2 * (n + j)], reply[y + 4 + 2 * (n + j)] = tok, w
+  end end
   if write then
     -- (One limit, the usual policy, in one pack: 2,600 instructions fewer than the loop's two
     -- packs and a concatenation, the same bytes.)
     local l = limits[1]
-    if nq > 0 then
+    if quotas and n == 1 and nq == 1 then
+      local q = quotas[1]
+      value = struct.pack('>BI7BBi7I7I7I7i7i7I7', 3, t0, 1, 1, levels[1], l.c, l.r, l.p, q.ws, q.we, q.u)
+    elseif quotas then
       value = struct.pack('>BI7BB', 3, t0, n, nq)
       for i = 1, n do
         l = limits[i]
         value = value .. struct.pack('>i7I7I7I7', levels[i], l.c, l.r, l.p)
       end
       for j = 1, nq do
-        value = value .. struct.pack('>i7i7I7', ws[j], we[j], used[j])
+        local q = quotas[j]
+        value = value .. struct.pack('>i7i7I7', q.ws, q.we, q.u)
       end
     elseif n == 1 then
       value = struct.pack('>BI7i7I7I7I7', version, t0, levels[1], l.c, l.r, l.p)
@@ -461,7 +485,7 @@ local function step(key, limits, cost, costs, now, take, held)
   local flags = 16 * (bound - 1)
   if allowed then flags = flags + 1 end
   if converted then flags = flags + 2 end
-  return flags, remaining, reset, retry, back, standing
+  return flags, remaining, reset, retry, back
 end
 
 -- memo: each policy string decoded, to its limits (false when malformed), kept from call to call
@@ -484,6 +508,7 @@ local function decode(pol)
     end
     limits[i] = {c = c, r = r, p = p}
   end
+  limits.parts = n -- limits and quotas
   if len ~= 1 + 21 * n then
     -- Quotas: each its allowance and the windows around the caller's clock.
     local nq = struct.unpack('>B', pol, 2 + 21 * n)
@@ -494,18 +519,46 @@ local function decode(pol)
       if a < 1 or a > MAX or ps < -MAX or ne > MAX or ps >= s or s >= e or e >= ne then return false end
       quotas[j] = {a = a, ps = ps, s = s, e = e, ne = ne}
     end
-    limits.quotas = quotas
+    limits.quotas, limits.parts = quotas, n + nq
   end
   return limits
 end
+
+-- policy returns the limits of the policy string pol, from the memo, decoding it (and memoizing
+-- it) when it is not there; false when it is malformed.
+local function policy(pol)
+  local limits = memo[pol]
+  if limits == nil then
+    limits = decode(pol)
+    if memos == 64 then memo, memos = {}, 0 end
+    memo[pol], memos = limits, memos + 1
+  end
+  return limits
+end
+
+-- zeros: 21·16 zeros, which newReply unpacks into a reply of standings of several keys (a table
+-- constructor of a multiple return is made at its full size, where one that grows is copied at
+-- each power of two); made when first needed, since a script would make it on every call.
+local zeros
 
 -- newReply returns the table of the reply of k keys and its size: 5, then 5 zeros per key, made at
 -- its full size for up to 16 keys (a table that grows is copied at each power of two: at 4 keys,
 -- 1,200 instructions per decision). Past its 1 + 5k integers it may hold more zeros, and main sets
 -- the first of those to nil: Redis ends a reply's array at its first nil.
 local function newReply(k, w)
-  if w > 5 then
-    -- Standings: 5 + 2P integers a key, made at their full size.
+  if w > 5 and k == 1 then
+    return {w,
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+    }, 22
+  elseif w > 5 then
+    -- Standings: 5 + 2P integers a key, made at their full size in one step.
+    if not zeros then
+      zeros = {}
+      for i = 1, 21 * 16 do zeros[i] = 0 end
+    end
+    if w * k <= 21 * 16 then
+      return {w, unpack(zeros, 1, w * k)}, 1 + w * k
+    end
     local reply = {w}
     for i = 2, 1 + w * k do reply[i] = 0 end
     return reply, 1 + w * k
@@ -547,7 +600,7 @@ local function main(KEYS, ARGV)
       keep = tonumber(ARGV[5])
       if keep == nil or keep < 1 or keep % 1 ~= 0 or keep > MAX then return redis.error_reply(MALFORMED) end
     end
-  elseif #ARGV ~= 2 + 2 * nkeys then
+  elseif #ARGV ~= 2 + 2 * nkeys and not (nkeys > 1 and #ARGV == 3 + 2 * nkeys) then
     return redis.error_reply(MALFORMED)
   elseif mode == 'all' then
     groups = {nkeys}
@@ -572,22 +625,12 @@ local function main(KEYS, ARGV)
     end
   end
 
-  -- W, the integers a key: 5, and two more per limit and quota of the largest policy of more
-  -- than one. (Each policy is decoded here, and found in the memo below.)
+  -- W, the integers a key (see the header): a call of several keys gives it after them when it
+  -- is not 5; a call of one key takes it from its policy.
   local w = 5
-  for j = 1, nkeys do
-    local pol = ARGV[2 + 2 * j]
-    local limits = memo[pol]
-    if limits == nil then
-      limits = decode(pol)
-      if memos == 64 then memo, memos = {}, 0 end
-      memo[pol], memos = limits, memos + 1
-    end
-    if limits then
-      local parts = #limits
-      if limits.quotas then parts = parts + #limits.quotas end
-      if parts > 1 and 5 + 2 * parts > w then w = 5 + 2 * parts end
-    end
+  if nkeys > 1 and #ARGV == 3 + 2 * nkeys then
+    w = tonumber(ARGV[3 + 2 * nkeys])
+    if w == nil or w % 2 ~= 1 or w < 7 or w > 21 then return redis.error_reply(MALFORMED) end
   end
 
   -- A settle's record: its limits and what each took (nil when there is none, or when it is of
@@ -636,8 +679,11 @@ local function main(KEYS, ARGV)
       end
     end
     if #KEYS == 1 and not held then
-      local reply = newReply(1, w)
+      local limits = policy(ARGV[4])
+      if limits and limits.parts > 1 then w = 5 + 2 * limits.parts end
+      local reply, size = newReply(1, w)
       reply[2] = 8
+      if size > 1 + w then reply[2 + w] = nil end
       return reply
     end
   end
@@ -645,7 +691,8 @@ local function main(KEYS, ARGV)
   -- Each group is StepAll: a first pass decides its keys without taking, and only when every one
   -- is allowed a second pass decides them again, taking their costs. "each" decides every key in
   -- one pass, on its own, and so does a group of one.
-  local reply, size = newReply(nkeys, w)
+  local reply, size
+  if nkeys > 1 then reply, size = newReply(nkeys, w) end
   local first, g = 1, 0
   while first <= nkeys do
     -- "each" is one run of every key, one pass; a group, its keys.
@@ -661,17 +708,10 @@ local function main(KEYS, ARGV)
         -- Key j's cost and limits, and a list of costs read when it is one.
         local arg, pol = ARGV[1 + 2 * j], ARGV[2 + 2 * j]
         local limits = memo[pol]
-        if limits == nil then
-          limits = decode(pol)
-          if memos == 64 then memo, memos = {}, 0 end
-          memo[pol], memos = limits, memos + 1
-        end
+        if limits == nil then limits = policy(pol) end
         local cost, costs = tonumber(arg), nil
-        local parts = 0
-        if limits then
-          parts = #limits
-          if limits.quotas then parts = parts + #limits.quotas end
-        end
+        local parts = limits and limits.parts or 0
+        if reply and parts > 1 and 5 + 2 * parts > w then limits = false end -- (no room for its standings)
         if cost == nil and limits then
           -- One cost per limit and quota: each at least 1, or each at most -1 to ask for them
           -- and take none (for a settle, each used count at least 0).
@@ -690,8 +730,17 @@ local function main(KEYS, ARGV)
         elseif cost ~= nil and (cost ~= cost or cost % 1 ~= 0 or cost == 0 and not settle or cost < 0 and settle or cost > MAX) then
           cost = nil
         end
+        if not reply then
+          -- One key: its reply, W from its policy.
+          if parts > 1 then
+            w = 5 + 2 * parts
+            reply, size = newReply(1, w)
+          else
+            reply, size = {5, 0, 0, 0, 0, 0}, 6
+          end
+        end
         local y = 2 + w * (j - 1)
-        local flags, remaining, reset, retry, back, standing
+        local flags, remaining, reset, retry, back
         if refund and cost and cost < 1 then cost = nil end -- (no asking)
         if refund and cost and costs ~= false and limits then
           -- A refund is the settle of a reservation of its costs that used nothing.
@@ -711,10 +760,10 @@ local function main(KEYS, ARGV)
         if cost and costs ~= false and limits then
           if settle and not held then
             -- No record: the standing, as a peek reports it, and flag 8.
-            flags, remaining, reset, retry, back, standing = step(keys[j], limits, -1, nil, now, false, nil)
+            flags, remaining, reset, retry, back = step(keys[j], limits, -1, nil, now, false, nil, reply, y)
             if flags then flags = flags + 8 end
           else
-            flags, remaining, reset, retry, back, standing = step(keys[j], limits, cost, costs, now, pass == passes, held)
+            flags, remaining, reset, retry, back = step(keys[j], limits, cost, costs, now, pass == passes, held, reply, y)
           end
         else
           remaining = MALFORMED
@@ -736,16 +785,14 @@ local function main(KEYS, ARGV)
               value = value .. struct.pack('>I7I7I7I7', c, l.c, l.r, l.p)
             else
               local q = i - #limits
-              value = value .. struct.pack('>I7i7i7', c, standing.ws[q], standing.we[q])
+              local qt = limits.quotas[q]
+              value = value .. struct.pack('>I7i7i7', c, qt.ws, qt.we)
             end
           end
           redis.call('SET', KEYS[2], value .. KEYS[1], 'PX', keep)
         end
         if flags then
           reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = flags, remaining, reset, retry, back
-          if standing then
-            for i = 1, 2 * parts do reply[y + 4 + i] = standing[i] end
-          end
           all = all and flags % 2 == 1
         else
           reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = {err = remaining}, 0, 0, 0, 0
