@@ -952,3 +952,60 @@ func TestManyPoliciesOnOneServer(t *testing.T) {
 		}
 	}
 }
+
+// TestTheReplysWidthOfSeveralKeys: a call of several keys whose policies
+// have standings gives the reply's width after them; a width that is not
+// one is refused, and a key whose standings do not fit the width given is
+// refused alone, taking nothing.
+func TestTheReplysWidthOfSeveralKeys(t *testing.T) {
+	_, client := standalone(t)
+	ctx := context.Background()
+	var enc script.Encoder
+	plain := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(5)}, Cost: 1}
+	quota := plain
+	quota.Quotas = []ratelimit.Quota{ratelimit.CalendarQuota(10, ratelimit.Day, nil), ratelimit.CalendarQuota(100, ratelimit.Month, nil)}
+	args := func(width ...any) []any {
+		a := script.CallArgs(plain, script.Each, 2)
+		a = enc.AppendRequest(a, plain)
+		a = enc.AppendRequest(a, quota)
+		return append(a, width...)
+	}
+	keys := []string{"width-plain", "width-quota"}
+	const malformed = "ratelimit: invalid argument: malformed argument"
+	for _, w := range []any{6, 5, 23, "x"} {
+		if _, err := client.Eval(ctx, script.Source, keys, args(w)...).Result(); err == nil || !strings.Contains(err.Error(), malformed) {
+			t.Errorf("width %v: %v, want the call refused", w, err)
+		}
+	}
+	// Too narrow for the quota key's 3 standings (11), and none given (5).
+	for _, a := range [][]any{args(9), args()} {
+		res, err := client.Eval(ctx, script.Source, keys, a...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries, w, err := script.Flat(res, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, err := script.ParseEntry(plain, entries, res); err != nil || !d.Allowed {
+			t.Errorf("width %d: the plain key %+v %v", w, d, err)
+		}
+		if _, err := script.ParseEntry(quota, entries[w:], res); err == nil || !strings.Contains(err.Error(), malformed) {
+			t.Errorf("width %d: the quota key's error %v, want malformed", w, err)
+		}
+	}
+	if n, _ := client.Exists(ctx, "width-quota").Result(); n != 0 {
+		t.Fatal("a refused key was written")
+	}
+	res, err := client.Eval(ctx, script.Source, keys, args(11)...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, w, err := script.Flat(res, 2)
+	if err != nil || w != 11 {
+		t.Fatalf("width 11: %v %d %v", res, w, err)
+	}
+	if d, err := script.ParseEntry(quota, entries[w:], res); err != nil || !d.Allowed || len(d.Standings) != 3 || d.Standings[1].Remaining != 9 {
+		t.Fatalf("width 11: the quota key %+v %v", d, err)
+	}
+}
