@@ -68,7 +68,7 @@ func TestAssignmentMemory(t *testing.T) {
 		n := tc.n
 		ns := "mem" + strconv.Itoa(n) + tc.value[:1]
 		for i := range n {
-			if _, err := store.Assign(ctx, ns, "user:"+strconv.Itoa(10_000_000+i)[1:], tc.value); err != nil {
+			if _, err := store.Assign(ctx, ns, "user:"+strconv.Itoa(10_000_000 + i)[1:], tc.value); err != nil {
 				t.Fatal(err)
 			}
 		}
