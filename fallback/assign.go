@@ -55,8 +55,8 @@ func (s *Store) assignments(ctx context.Context, namespace string, call func(con
 	if !ok {
 		return fmt.Errorf("fallback: the primary keeps no assignments: %w", errors.ErrUnsupported)
 	}
-	if namespace == "" {
-		return fmt.Errorf("%w: fallback: namespace must not be empty", ratelimit.ErrInvalidArgument)
+	if rule := keyfmt.AssignmentRule(namespace, "-"); rule != "" { // the subject is the primary's to check
+		return fmt.Errorf("%w: fallback: %s", ratelimit.ErrInvalidArgument, rule)
 	}
 	key, _ := keyfmt.Assignments(namespace)
 	_, cause, err := s.guard(ctx, key, func(ctx context.Context) (ratelimit.Decision, error) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/keyfmt"
 )
 
 // logLength is the most changes a namespace's log keeps: a caller whose
@@ -36,15 +37,18 @@ type change struct {
 	subject, value string
 }
 
-// checkAssignment refuses an empty namespace or subject.
-func checkAssignment(namespace, subject string) error {
-	switch {
-	case namespace == "":
-		return fmt.Errorf("%w: memstore: namespace must not be empty", ratelimit.ErrInvalidArgument)
-	case subject == "":
-		return fmt.Errorf("%w: memstore: subject must not be empty", ratelimit.ErrInvalidArgument)
+// lock checks an assignment's namespace and subject (an empty one is
+// refused) and ctx, then locks the assignments and returns the namespace's,
+// nil when it has none; unlock with a.mu.Unlock when err is nil.
+func (a *assignments) lock(ctx context.Context, namespace, subject string) (*assigned, error) {
+	if rule := keyfmt.AssignmentRule(namespace, subject); rule != "" {
+		return nil, fmt.Errorf("%w: memstore: %s", ratelimit.ErrInvalidArgument, rule)
 	}
-	return nil
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	return a.ns[namespace], nil
 }
 
 // Assign sets subject's assignment in namespace to value ("" removes it)
@@ -53,16 +57,12 @@ func checkAssignment(namespace, subject string) error {
 // latest 1024 changes. ctx is honoured only in that a cancelled context is
 // an error.
 func (s *Store) Assign(ctx context.Context, namespace, subject, value string) (string, error) {
-	if err := checkAssignment(namespace, subject); err != nil {
-		return "", err
-	}
-	if err := ctx.Err(); err != nil {
-		return "", err
-	}
 	a := &s.assigned
-	a.mu.Lock()
+	sp, err := a.lock(ctx, namespace, subject)
+	if err != nil {
+		return "", err
+	}
 	defer a.mu.Unlock()
-	sp := a.ns[namespace]
 	if sp == nil {
 		if value == "" {
 			return "", nil
@@ -92,19 +92,16 @@ func (s *Store) Assign(ctx context.Context, namespace, subject, value string) (s
 
 // Assigned returns subject's assignment in namespace, "" when none.
 func (s *Store) Assigned(ctx context.Context, namespace, subject string) (string, error) {
-	if err := checkAssignment(namespace, subject); err != nil {
-		return "", err
-	}
-	if err := ctx.Err(); err != nil {
-		return "", err
-	}
 	a := &s.assigned
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if sp := a.ns[namespace]; sp != nil {
-		return sp.values[subject], nil
+	sp, err := a.lock(ctx, namespace, subject)
+	if err != nil {
+		return "", err
 	}
-	return "", nil
+	defer a.mu.Unlock()
+	if sp == nil {
+		return "", nil
+	}
+	return sp.values[subject], nil
 }
 
 // AssignmentsSince returns the changes of namespace's assignments after
@@ -112,26 +109,22 @@ func (s *Store) Assigned(ctx context.Context, namespace, subject string) (string
 // whole set when cursor is "", is not a number this store gave, or is
 // older than the oldest change the log keeps.
 func (s *Store) AssignmentsSince(ctx context.Context, namespace, cursor string) (map[string]string, string, bool, error) {
-	if namespace == "" {
-		return nil, "", false, checkAssignment(namespace, "-")
-	}
-	if err := ctx.Err(); err != nil {
+	a := &s.assigned
+	sp, err := a.lock(ctx, namespace, "-") // any subject: none is named
+	if err != nil {
 		return nil, "", false, err
 	}
-	a := &s.assigned
-	a.mu.Lock()
 	defer a.mu.Unlock()
-	sp := a.ns[namespace]
 	if sp == nil {
 		sp = &assigned{}
 	}
 	next := strconv.FormatUint(sp.seq, 10)
-	after, err := strconv.ParseUint(cursor, 10, 64)
+	after, perr := strconv.ParseUint(cursor, 10, 64)
 	oldest := sp.seq // the change before the oldest the log keeps
 	if len(sp.log) > 0 {
 		oldest = sp.log[0].seq - 1
 	}
-	if err != nil || after > sp.seq || after < oldest {
+	if perr != nil || after > sp.seq || after < oldest {
 		all := make(map[string]string, len(sp.values))
 		for k, v := range sp.values {
 			all[k] = v

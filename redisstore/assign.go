@@ -43,11 +43,8 @@ return old
 
 // checkAssignment refuses an empty namespace or subject.
 func checkAssignment(namespace, subject string) error {
-	switch {
-	case namespace == "":
-		return fmt.Errorf("%w: redisstore: namespace must not be empty", ratelimit.ErrInvalidArgument)
-	case subject == "":
-		return fmt.Errorf("%w: redisstore: subject must not be empty", ratelimit.ErrInvalidArgument)
+	if rule := keyfmt.AssignmentRule(namespace, subject); rule != "" {
+		return fmt.Errorf("%w: redisstore: %s", ratelimit.ErrInvalidArgument, rule)
 	}
 	return nil
 }
@@ -96,7 +93,7 @@ func (s *Store) Assigned(ctx context.Context, namespace, subject string) (string
 // the log's last ID (XREVRANGE), then the hash by HSCAN: a change made
 // during the scan comes after that ID, so the next call applies it again.
 func (s *Store) AssignmentsSince(ctx context.Context, namespace, cursor string) (map[string]string, string, bool, error) {
-	if err := checkAssignment(namespace, "-"); err != nil {
+	if err := checkAssignment(namespace, "-"); err != nil { // any subject: none is named
 		return nil, "", false, err
 	}
 	hash, log := keyfmt.Assignments(namespace)

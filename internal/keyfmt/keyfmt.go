@@ -233,3 +233,16 @@ func Assignments(ns string) (hash, log string) {
 	tag := "{" + Prefix(ns) + "}"
 	return tag + "assignments", tag + "assignments:log"
 }
+
+// AssignmentRule returns the rule an assignment's namespace and subject
+// break, "" when none: neither may be empty. A store refuses them with an
+// error wrapping ratelimit.ErrInvalidArgument that names it.
+func AssignmentRule(ns, subject string) string {
+	switch {
+	case ns == "":
+		return "namespace must not be empty"
+	case subject == "":
+		return "subject must not be empty"
+	}
+	return ""
+}
