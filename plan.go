@@ -81,7 +81,8 @@ func WithPlanRefresh(d time.Duration) Option {
 // most one second and a round trip. Assign applies its own change here at
 // once. A full listing (the first refresh, or one after the store's log of
 // changes no longer holds the last change seen) takes a round trip per
-// 1,000 assignments on Redis. A process that cannot reach the store keeps
+// 1,000 assignments on Redis, and must end within 10 s, as every refresh
+// of the watcher must. A process that cannot reach the store keeps
 // the view it last had; its checks follow the store's outage behaviour
 // anyway. Until the first refresh, which starts at once, every subject has
 // the default plan: call Refresh to wait for it.
@@ -102,9 +103,15 @@ type Plans[K ~string] struct {
 	mu     sync.Mutex // one refresh at a time: guards cursor and writes to view
 	cursor string     // the store's, after the changes view holds
 
-	stop, done chan struct{}
-	closing    sync.Once
+	stop    context.CancelFunc // ends the watcher, and its refresh in flight
+	done    chan struct{}      // closed when the watcher has ended
+	closing sync.Once
 }
+
+// refreshTimeout bounds each of the watcher's refreshes: a store that does
+// not answer within it is asked again at the next interval. A full listing
+// of a large set (a round trip per 1,000 assignments on Redis) fits in it.
+const refreshTimeout = 10 * time.Second
 
 // viewEntry is a subject's assignment as For uses it.
 type viewEntry struct {
@@ -161,8 +168,10 @@ func NewPlans[K ~string](store Store, plans []Plan, defaultPlan string, opts ...
 	p.defName = defaultPlan
 	p.assigner, _ = store.(Assigner)
 	if p.assigner != nil {
-		p.stop, p.done = make(chan struct{}), make(chan struct{})
-		go p.watch(o.planRefresh)
+		var ctx context.Context
+		ctx, p.stop = context.WithCancel(context.Background())
+		p.done = make(chan struct{})
+		go p.watch(ctx, o.planRefresh)
 	}
 	return p, nil
 }
@@ -321,36 +330,37 @@ func (p *Plans[K]) set(subject, value string) {
 	p.view.Store(subject, &viewEntry{value: value, a: a})
 }
 
-// watch refreshes the view every interval until Close. A store that keeps
-// no assignments after all (package fallback over a store that keeps none)
-// ends it.
-func (p *Plans[K]) watch(every time.Duration) {
+// watch refreshes the view every interval until ctx ends (Close). A store
+// that keeps no assignments after all (package fallback over a store that
+// keeps none) ends it.
+func (p *Plans[K]) watch(ctx context.Context, every time.Duration) {
 	defer close(p.done)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), every)
-		err := p.Refresh(ctx)
+		rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+		err := p.Refresh(rctx)
 		cancel()
 		if errors.Is(err, errors.ErrUnsupported) {
 			return
 		}
 		select {
-		case <-p.stop:
+		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
 	}
 }
 
-// Close stops the watcher and waits for it to end. The Limiters keep
-// working, and For gives the assignments last seen; Refresh and Assign
-// still reach the store. Close may be called more than once.
+// Close stops the watcher, ending a refresh in flight, and waits for it to
+// end. The Limiters keep working, and For gives the assignments last seen;
+// Refresh and Assign still reach the store. Close may be called more than
+// once.
 func (p *Plans[K]) Close() {
 	if p.stop == nil {
 		return
 	}
-	p.closing.Do(func() { close(p.stop) })
+	p.closing.Do(p.stop)
 	<-p.done
 }
 
