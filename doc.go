@@ -37,6 +37,9 @@
 //     token instead, for outbound calls; [Limiter.Reserve] takes an estimate
 //     for work whose cost is known only after it (a language model's tokens),
 //     and the [Reservation] settles the real cost.
+//   - [NewPlans] offers named plans ("free", "pro") and keeps each subject's
+//     assignment in the store, so that every process gives a subject the
+//     same policy; [Plans.For] returns the subject's Limiter.
 //   - Stores: memstore.New (in this process), redisstore.New(client) (Redis,
 //     Sentinel or Cluster), and fallback.New(store, ...) for the behaviour
 //     while Redis is down.
@@ -108,8 +111,9 @@
 // policy (Limit.Same).
 //
 // Limiter, tokenbucket.Bucket and the stores in this module are safe for simultaneous
-// use by multiple goroutines. This package starts no goroutine: a check, a
-// Wait and the denial cache run on the caller's. The goroutines a store
+// use by multiple goroutines. This package starts one goroutine, NewPlans's
+// watcher of the assignments, which Plans.Close stops: a check, a Wait and
+// the denial cache run on the caller's. The goroutines a store
 // starts are in its own documentation (redisstore's sender while checks are
 // queued, fallback's bounded probes). The arithmetic itself, for store
 // authors and single-process use, is package tokenbucket.

@@ -35,3 +35,18 @@ const LeaseReturnQueue = leaseReturnQueue
 var PolicyChecks atomic.Int64
 
 func init() { policyChecked = func() { PolicyChecks.Add(1) } }
+
+// EncodeAssignment and DecodeAssignment are an Assignment's stored form
+// and its reading (see assignment.go).
+var (
+	EncodeAssignment = encodeAssignment
+	DecodeAssignment = decodeAssignment
+)
+
+// CustomLimiters returns the number of Limiters of subjects' own policies p
+// keeps.
+func CustomLimiters[K ~string](p *Plans[K]) int {
+	p.custom.mu.Lock()
+	defer p.custom.mu.Unlock()
+	return p.custom.order.Len()
+}

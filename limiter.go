@@ -48,7 +48,9 @@ type options struct {
 	sleep     func(context.Context, time.Duration) error
 	leases    time.Duration // the lifetime of WithLeases, 0 without
 	quotas    []Quota
-	errs      []error
+	// planRefresh is the interval of NewPlans's watcher (WithPlanRefresh).
+	planRefresh time.Duration
+	errs        []error
 }
 
 // WithNamespace sets the namespace that prefixes every key (default

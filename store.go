@@ -14,7 +14,7 @@ import (
 //
 // A store's whole contract is this interface, the Request it decides, the
 // optional capabilities a store may add, each found by a type assertion
-// (BatchStore, Reserver, Refunder, Pinger), and two errors: a Store
+// (BatchStore, Reserver, Refunder, Pinger, Assigner), and two errors: a Store
 // validates what it is given and refuses what is invalid, before touching
 // any bucket, with an error wrapping ErrInvalidArgument; a store that could
 // not be reached or did not answer in time returns an error wrapping
@@ -210,4 +210,37 @@ type Refunder interface {
 type Pinger interface {
 	Store
 	Ping(ctx context.Context) error
+}
+
+// Assigner is a Store that keeps each subject's assignment (see Plans): a
+// short string per subject of a namespace, with a log of its changes, so
+// that every process sharing the store learns of a change by asking for the
+// changes since the last ones it saw. memstore, redisstore and package
+// fallback are Assigners. The store does not read assignments when it
+// decides a check: a Plans reads them and chooses the policy it sends.
+//
+// A store that wraps another is an Assigner when the store it wraps is, and
+// otherwise returns an error wrapping errors.ErrUnsupported. Each method
+// refuses an empty namespace (and Assign and Assigned an empty subject) with
+// an error wrapping ErrInvalidArgument before touching the store; a store
+// that could not be reached returns an error wrapping ErrUnavailable.
+type Assigner interface {
+	Store
+	// Assign sets subject's assignment in namespace to value, or removes it
+	// when value is "", and records the change in the namespace's log, in
+	// one atomic step; it returns the value it replaced ("" when none). A
+	// value equal to the one held changes nothing and logs nothing.
+	Assign(ctx context.Context, namespace, subject, value string) (old string, err error)
+	// Assigned returns subject's assignment in namespace, "" when none.
+	Assigned(ctx context.Context, namespace, subject string) (string, error)
+	// AssignmentsSince returns what changed in namespace's assignments
+	// after cursor, as subject → value ("" for a removal; of several
+	// changes of one subject, the last), and the cursor to pass next.
+	// When cursor is "", was not given by this store for namespace, or
+	// names a change the log no longer keeps (a bounded log, or a store
+	// that lost its data), full is true and changes is the whole set of
+	// assignments: the caller replaces its view rather than applying
+	// changes. A full listing of a namespace without assignments may
+	// return the cursor "", so that the next call lists again.
+	AssignmentsSince(ctx context.Context, namespace, cursor string) (changes map[string]string, next string, full bool, err error)
 }

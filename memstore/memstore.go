@@ -85,6 +85,7 @@ type Store struct {
 	shards [shardCount]shard
 
 	reserved reservations // see Reserve
+	assigned assignments  // see Assign
 
 	storeHooks // applySplit, for the Limiter and package fallback
 }

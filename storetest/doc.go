@@ -36,5 +36,13 @@
 // own cost; that a reservation is found only under its own key; and that
 // a refund never lifts a bucket past its capacity. A ratelimit.BatchStore
 // has cases for ApplyBatch, decided item by item, and for ApplyAll, all or
-// nothing. The cases of a capability the store lacks are skipped.
+// nothing. A ratelimit.Assigner's cases check that an assignment is set,
+// replaced and removed, returning the value replaced; that the changes since
+// a cursor are each subject's latest value, and a cursor the store did not
+// give lists the whole set; that namespaces keep their own; and, through
+// ratelimit.Plans, that a subject assigned another plan is checked by it
+// with its bucket and quota carried over, that a policy of a subject's own
+// comes back equal, that an unknown plan changes nothing, and that another
+// Plans on the store applies a change at its next refresh. The cases of a
+// capability the store lacks are skipped.
 package storetest

@@ -14,8 +14,9 @@ import (
 
 // Run runs the behaviour suite, one subtest per case, each over a store
 // from newStore: the cases of every Store, then those of a
-// ratelimit.Reserver and of a ratelimit.BatchStore, which are skipped
-// when the store lacks the capability. Run calls newStore once per case,
+// ratelimit.Reserver, of a ratelimit.BatchStore and of a
+// ratelimit.Assigner, which are skipped when the store lacks the
+// capability. Run calls newStore once per case,
 // from the case's subtest, which newStore may use for t.Cleanup or
 // t.Fatal. newStore may return a new store each time or the same one (a
 // store over a server started once, say): each case checks keys of a
@@ -40,6 +41,7 @@ func Run(t *testing.T, newStore func(t *testing.T) ratelimit.Store) {
 			tc.run(t, &batchEnv{ctx: context.Background(), store: bs, now: testkit.Start, ns: ns})
 		})
 	}
+	runAssignCases(t, newStore)
 }
 
 // runCases runs each case with a store, a clock and a namespace of its

@@ -1,8 +1,8 @@
 // Package keyfmt is the one definition of a bucket's store key: its frame
 // "<len(namespace)>:<namespace>:<subject>", how to take one apart, how to
 // name one in a log without its subject, how a key function joins parts,
-// the Redis Cluster hash slot a key lives in, and a reservation's id and
-// record key.
+// the Redis Cluster hash slot a key lives in, a reservation's id and
+// record key, and the keys of a namespace's assignments.
 //
 // The length frame keeps namespace "a" with subject "b:c" apart from
 // namespace "a:b" with subject "c".
@@ -222,3 +222,27 @@ var slotTags = sync.OnceValue(func() *[NumSlots]string {
 	}
 	return &tags
 })
+
+// Assignments returns the Redis keys of namespace ns's assignments (see
+// ratelimit.Assigner): a hash of subject → value, and a stream logging
+// their changes. Both start with the hash tag "{" + Prefix(ns) + "}", so
+// that they live in one Cluster slot; no bucket key starts with "{" (each
+// starts with its length frame's digits), and no reservation record's tag
+// holds a ":" (see Record), so they collide with neither.
+func Assignments(ns string) (hash, log string) {
+	tag := "{" + Prefix(ns) + "}"
+	return tag + "assignments", tag + "assignments:log"
+}
+
+// AssignmentRule returns the rule an assignment's namespace and subject
+// break, "" when none: neither may be empty. A store refuses them with an
+// error wrapping ratelimit.ErrInvalidArgument that names it.
+func AssignmentRule(ns, subject string) string {
+	switch {
+	case ns == "":
+		return "namespace must not be empty"
+	case subject == "":
+		return "subject must not be empty"
+	}
+	return ""
+}

@@ -118,3 +118,18 @@ func TestIsPrefix(t *testing.T) {
 		t.Errorf("Label of a prefix = %q", l)
 	}
 }
+
+func TestAssignmentsKeys(t *testing.T) {
+	for _, ns := range []string{"api", "a}b", "{x}", "a:b"} {
+		hash, log := Assignments(ns)
+		if Slot(hash) != Slot(log) {
+			t.Errorf("namespace %q: %q and %q are in slots %d and %d", ns, hash, log, Slot(hash), Slot(log))
+		}
+		if _, _, ok := Parse(hash); ok || hash[0] != '{' {
+			t.Errorf("namespace %q: %q reads as a bucket's key", ns, hash)
+		}
+	}
+	if a, _ := Assignments("a"); a != "{1:a:}assignments" {
+		t.Errorf(`Assignments("a") = %q`, a)
+	}
+}
