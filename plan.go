@@ -64,12 +64,14 @@ func WithPlanRefresh(d time.Duration) Option {
 // namespace of NewPlans's options, so a subject's bucket is one key
 // whatever its plan. A check under a new plan carries the bucket over, as
 // any change of policy does (see tokenbucket's State.Step): the time since
-// the last check is credited at the old plan's rate, then the subject keeps
-// the lesser of its whole tokens and the new capacity (and the part of a
-// token it had, below the capacity); a full bucket is a missing one, so it
-// starts full at the new capacity. A quota keeps what its window used when
-// the new plan has a quota of the same window (a monthly quota of another
-// allowance, say), and starts from nothing otherwise. Each check is still
+// the bucket's last write is credited at the old plan's rate, then the
+// subject keeps the lesser of its whole tokens and the new capacity (and
+// the part of a token it had, below the capacity); a full bucket is a
+// missing one, so it starts full at the new capacity. A quota keeps what its
+// window used when the new plan has a quota of the same window (a monthly
+// quota of another allowance, say), and starts from nothing otherwise. The
+// check that carries the bucket over writes it, allowed or denied, so that
+// it refills at the new plan's rate from then on. Each check is still
 // one atomic decision, exact, all or nothing: the plan only chooses the
 // policy it sends. Decision.Converted tells the first check after a change.
 //

@@ -50,7 +50,7 @@ func ceilRat(x *big.Rat) int64 {
 // its capacity, and below it the part of a token, rounded down to its own
 // units (1/p of a token: exact here, the plans' periods dividing each
 // other); a check that takes tokens writes the band under the new policy,
-// and nothing else writes. It returns the decision's Allowed, Remaining,
+// and so does a denied check that converted it; a peek writes nothing. It returns the decision's Allowed, Remaining,
 // RetryAfter, ResetAfter and Converted.
 func modelCheck(b *modelBand, limit ratelimit.Limit, cost int64, peek bool, now int64) (allowed bool, remaining int64, retry, reset time.Duration, converted bool) {
 	c, r, p := modelRate(limit)
@@ -79,6 +79,10 @@ func modelCheck(b *modelBand, limit ratelimit.Limit, cost int64, peek bool, now 
 	allowed = x.Cmp(ratOf(need)) >= 0
 	if allowed && !peek {
 		x = new(big.Rat).Sub(x, ratOf(cost))
+		*b = modelBand{limit: limit, tokens: x, last: now}
+	} else if converted && !peek {
+		// A denied check writes the band it converted, so that it refills
+		// at its new policy's rate from now on.
 		*b = modelBand{limit: limit, tokens: x, last: now}
 	}
 	if !allowed {

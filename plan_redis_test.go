@@ -15,8 +15,9 @@ import (
 // real redis-server, as two processes of a fleet would be. A subject on free
 // is denied by the first after free's allowance; the second assigns it pro;
 // the first's watcher applies the change (waited for with a deadline far
-// above its refresh interval, without Refresh), and from the next token on
-// it admits the subject at pro's rate. The buckets follow an injected clock.
+// above its refresh interval, without Refresh), and from then on it admits
+// the subject at pro's rate: its first check under pro, denied, converts
+// the bucket and says when pro's next token comes. The buckets follow an injected clock.
 func TestPlansAcrossTwoProcesses(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.StartServer(t)
@@ -63,11 +64,13 @@ func TestPlansAcrossTwoProcesses(t *testing.T) {
 	}
 	t.Logf("FIGURE the first process applied the change %v after it was made (refresh every 10ms)", time.Since(start))
 
-	// The empty bucket carries over empty; a denial writes nothing, so its
-	// next token comes on free's schedule, and then pro's rate holds.
-	clock.Add(20 * time.Second)
-	check("pro, at free's next token", "pro", true, 0)
+	// The empty bucket carries over empty, and the denial that converts it
+	// writes it: its next token comes at pro's rate, a second later, as the
+	// denial says, and pro's rate holds from then on.
 	check("pro, at once", "pro", false, time.Second)
+	clock.Add(time.Second)
+	check("pro, a second later", "pro", true, 0)
+	check("pro, at once again", "pro", false, time.Second)
 	for range 5 {
 		clock.Add(time.Second)
 		check("pro, a second later", "pro", true, 0)

@@ -159,18 +159,18 @@ var assignCases = []struct {
 			t.Fatalf("Assign pro: old %+v, %v; want none", old, err)
 		}
 		lim = forPlan(t, p, "s", "pro")
-		// The bucket free wrote is empty: pro starts it empty too. A denial
-		// writes nothing, so until a check takes a token the time since is
-		// credited at free's rate (tokenbucket's State.Step): the first
-		// token comes on free's schedule, 20 s after the last.
+		// The bucket free wrote is empty: pro carries it over empty, and the
+		// check that converts it writes it, denied, so that from then on it
+		// refills at pro's rate (tokenbucket's State.Step): its token comes
+		// a second later, as its RetryAfter says, not on free's schedule.
 		d, err = lim.TryAcquire(e.ctx, "s")
-		if err != nil || d.Allowed || !d.Converted {
-			t.Fatalf("first pro check %+v, %v; want denied, converted", d, err)
+		if err != nil || d.Allowed || !d.Converted || d.RetryAfter != time.Second {
+			t.Fatalf("first pro check %+v, %v; want denied for 1s, converted", d, err)
 		}
-		e.clock.Add(20 * time.Second)
+		e.clock.Add(time.Second)
 		d, err = lim.TryAcquire(e.ctx, "s")
-		if err != nil || !d.Allowed || !d.Converted || d.Remaining != 0 || len(d.Standings) != 2 || d.Standings[1].Remaining != 1000-4 {
-			t.Fatalf("pro check 20 s later %+v, %v; want allowed, converted, 996 of the day's 1000 left", d, err)
+		if err != nil || !d.Allowed || d.Converted || d.Remaining != 0 || len(d.Standings) != 2 || d.Standings[1].Remaining != 1000-4 {
+			t.Fatalf("pro check a second later %+v, %v; want allowed, 996 of the day's 1000 left", d, err)
 		}
 		// Then at pro's rate: a token a second.
 		e.clock.Add(time.Second)

@@ -155,7 +155,9 @@ func oracle(st State, l ratelimit.Limit, cost int64, peek bool, now int64) oracl
 		Converted:  converted,
 	}
 	res.ttl = dur(new(big.Int).Mul(ms, B(1000)))
-	res.write = take
+	// A check writes what it took, and a bucket it converted, allowed or
+	// denied; a peek writes nothing.
+	res.write = take || converted && !peek
 	res.last, res.level = t0.Int64(), lv.Int64()
 	return res
 }

@@ -88,10 +88,11 @@ type Band struct {
 //
 // ttl is how long the store should keep the new state: until the bucket would
 // be full again, rounded up to the millisecond, and at least a millisecond.
-// write reports whether st changed and must be stored: only when tokens were
-// taken. A denial and a peek take nothing and change nothing, whichever
-// policy wrote the bucket (the refill they saw is the same refill the next
-// check sees).
+// write reports whether st changed and must be stored: when tokens were
+// taken, and when a check (not a peek) converted a bucket another policy
+// wrote, allowed or denied, so that from then on it refills at the new
+// policy's rate. Otherwise a denial and a peek take nothing and change
+// nothing (the refill they saw is the same refill the next check sees).
 func (st *State) Step(r ratelimit.Request, now int64) (d ratelimit.Decision, ttl time.Duration, write bool) {
 	return st.step(r, now, true)
 }
@@ -154,7 +155,10 @@ func (st *State) step(r ratelimit.Request, now int64, take bool) (d ratelimit.De
 		}
 	}
 	b.decide(&d, limits, r.Quotas, allowed, &need)
-	write = take && allowed
+	// A check under another policy writes the bucket it converted, even when
+	// it is denied, so that the time from now on is credited at its own
+	// policy's rate (the rate its RetryAfter counts at), not the old one's.
+	write = take && (allowed || b.converted)
 	if write {
 		b.store(st, limits, r.Quotas)
 	}

@@ -51,7 +51,7 @@
 -- debt, down to -debt(c)·p (see Debt in arith.go). Version 1 has no band in debt, and is the
 -- format of releases without debt; version 2 has one, so that those releases refuse it as
 -- malformed rather than misread it. Only a check that takes tokens, or a settle that changes a
--- level, writes; the key expires (PX) once the bucket would be full, rounded up to the
+-- level, or a check that converts a bucket another policy wrote, writes; the key expires (PX) once the bucket would be full, rounded up to the
 -- millisecond, at least 1 ms, and while a quota has used anything, until its window's end. A
 -- value of another version is refused as malformed.
 --
@@ -391,6 +391,9 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
       end
     end
   end
+  -- A check under another policy writes the bucket it converted, even when it is denied, so that
+  -- from now on it refills at the new policy's rate (Step's write).
+  write = write or take and converted
   take = take and allowed
   write = write or take
   local remaining, bound, retry, reset = -1, 1, 0, 0
