@@ -162,6 +162,7 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
   local t0, back, converted, exists = now, 0, false, false
   local bands, m = nil, 0
   local qat, sq = 0, 0 -- where the stored quota bands start, and how many there are
+  local s1, e1, u1 -- the first stored quota band (read once, for the usual one)
   if raw then
     local len = #raw
     if len < 36 then return nil, CORRUPT .. 'too short' end
@@ -190,6 +191,7 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
         local s, e, u = struct.unpack('>i7i7I7', raw, qat + 21 * (k - 1))
         if s >= e or s < -MAX or e > MAX or u > MAX then return nil, CORRUPT .. 'field out of range' end
         if u > 0 and s <= t0 and t0 < e then exists = true end
+        if k == 1 then s1, e1, u1 = s, e, u end
       end
     end
     bands = {}
@@ -306,7 +308,8 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
       local bit = 1
       for k = 1, sq do
         if taken % (2 * bit) < bit then
-          local bs, be, bu = struct.unpack('>i7i7I7', raw, qat + 21 * (k - 1))
+          local bs, be, bu = s1, e1, u1
+          if k > 1 then bs, be, bu = struct.unpack('>i7i7I7', raw, qat + 21 * (k - 1)) end
           if bs == s and be == e then
             q.u, taken = bu, taken + bit
             break
@@ -549,7 +552,9 @@ local zeros
 -- 1,200 instructions per decision). Past its 1 + 5k integers it may hold more zeros, and main sets
 -- the first of those to nil: Redis ends a reply's array at its first nil.
 local function newReply(k, w)
-  if w > 5 and k == 1 then
+  if w == 9 and k == 1 then
+    return {9, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 10
+  elseif w > 5 and k == 1 then
     return {w,
       0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
     }, 22
