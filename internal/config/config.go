@@ -121,6 +121,25 @@ type Plan struct {
 	Policy Policy
 }
 
+// OwnPolicy returns the Policy of a subject's policy of its own (a
+// ratelimit.Assignment of limits and quotas, which a Go program assigns),
+// as a Limiter of it has them: its first limit as the rate_limit, its
+// second as the token_limit when it has two, and its quotas, each counting
+// requests.
+func OwnPolicy(limits []ratelimit.Limit, quotas []ratelimit.Quota) Policy {
+	var p Policy
+	if len(limits) > 0 {
+		p.Requests = limits[0]
+	}
+	if len(limits) == 2 {
+		p.Tokens = limits[1]
+	}
+	for _, q := range quotas {
+		p.Quotas = append(p.Quotas, Quota{Quota: q})
+	}
+	return p
+}
+
 // HasPlans reports whether p is a namespace of plans.
 func (p Policy) HasPlans() bool { return len(p.Plans) > 0 }
 

@@ -451,7 +451,7 @@ func (s *Service) target(w http.ResponseWriter, path, name, subject, plan string
 	}
 	plan, lim := plans.For(subject)
 	if plan == "" {
-		return target{ns: ns, plans: true, pol: ownPolicy(lim), lim: lim}, true
+		return target{ns: ns, plans: true, pol: config.OwnPolicy(lim.Limits(), lim.Quotas()), lim: lim}, true
 	}
 	t, _ := s.planTarget(w, path, ns, set, plan)
 	return t, true
@@ -466,22 +466,6 @@ func (s *Service) planTarget(w http.ResponseWriter, path, ns string, set *policy
 		return target{}, false
 	}
 	return target{ns: ns, plans: true, plan: plan, pol: pol, lim: set.plans[ns].Plan(plan)}, true
-}
-
-// ownPolicy is the Policy of lim, the Limiter of a subject's policy of its
-// own (an assignment a Go program made, see ratelimit.Assignment): its
-// first limit as the rate_limit, its second as the token_limit when it has
-// two, and its quotas, each counting requests.
-func ownPolicy(lim *ratelimit.Limiter[string]) config.Policy {
-	limits := lim.Limits()
-	pol := config.Policy{Requests: limits[0]}
-	if len(limits) == 2 {
-		pol.Tokens = limits[1]
-	}
-	for _, q := range lim.Quotas() {
-		pol.Quotas = append(pol.Quotas, config.Quota{Quota: q})
-	}
-	return pol
 }
 
 func (s *Service) serveMetrics(w http.ResponseWriter, r *http.Request) {
