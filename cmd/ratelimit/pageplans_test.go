@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
 // lookupResult is what the page shows of a subject it looked up.
@@ -48,13 +49,7 @@ func TestOperatorPageLooksUpPlans(t *testing.T) {
 	srv := redistest.StartServer(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "ratelimit.yaml")
-	os.WriteFile(cfg, []byte(`plans:
-  - name: free
-    rate_limit: {unit: minute, requests_per_unit: 3}
-  - name: pro
-    rate_limit: {unit: minute, requests_per_unit: 50}
-    quotas: [{period: month, allowance: 100000}]
-namespaces:
+	os.WriteFile(cfg, []byte(testkit.Plans+`namespaces:
   - name: default
     rate_limit: {unit: minute, requests_per_unit: 10}
   - name: api
@@ -80,10 +75,10 @@ namespaces:
 		d.poll(fmt.Sprintf(lookUp, ns, ns, subject), &r)
 		return r
 	}
-	// (Pro's bucket refills a token every 1.2 s of real time; the month's
+	// (Pro's bucket refills a token every 1.2 s of real time; the day's
 	// quota does not.)
-	if r := look("api", "acme"); r.Plan != "pro" || !regexp.MustCompile(`Rate limit(49|50) of 50`).MatchString(r.Table) || !strings.Contains(r.Table, "Quota (a month in UTC, of requests)99,999 of 100,000") {
-		t.Errorf("acme in api: %+v, want pro, 49 or 50 of 50 and 99,999 of 100,000 left", r)
+	if r := look("api", "acme"); r.Plan != "pro" || !regexp.MustCompile(`Rate limit(49|50) of 50`).MatchString(r.Table) || !strings.Contains(r.Table, "Quota (a day in UTC, of requests)999 of 1,000") {
+		t.Errorf("acme in api: %+v, want pro, 49 or 50 of 50 and 999 of 1,000 left", r)
 	}
 	if r := look("api", "globex"); r.Plan != "free" || !strings.Contains(r.Table, "Rate limit3 of 3") {
 		t.Errorf("globex in api: %+v, want free, 3 of 3 left", r)
@@ -96,10 +91,10 @@ namespaces:
 	if want := "Plans free (3 per 1m, burst 3), pro (50 per 1m, burst 50); default free"; policy != want {
 		t.Errorf("api's card: %q, want %q", policy, want)
 	}
-	// Nothing was taken by the lookups: the month's quota still counts
-	// the one acquire.
+	// Nothing was taken by the lookups: the day's quota still counts the
+	// one acquire.
 	r := post(t, p.addr, "/v1/usage", `{"namespace":"api","subject":"acme"}`, auth...)
-	if limits, _ := r.body["limits"].([]any); len(limits) != 2 || limits[1].(map[string]any)["remaining"] != float64(99999) {
+	if limits, _ := r.body["limits"].([]any); len(limits) != 2 || limits[1].(map[string]any)["remaining"] != float64(999) {
 		t.Errorf("after the lookups: %s", r.raw)
 	}
 	p.stop(t)

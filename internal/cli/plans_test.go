@@ -13,15 +13,9 @@ import (
 	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
-// plansYAML offers free (3 a minute) and pro (50 a minute, 1,000 a day)
-// in namespace api, beside plain, of a limit of its own.
-const plansYAML = `plans:
-  - name: free
-    rate_limit: {unit: minute, requests_per_unit: 3}
-  - name: pro
-    rate_limit: {unit: minute, requests_per_unit: 50}
-    quotas: [{period: day, allowance: 1000}]
-namespaces:
+// plansYAML offers testkit.Plans (free, 3 a minute; pro, 50 a minute and
+// 1,000 a day) in namespace api, beside plain, of a limit of its own.
+const plansYAML = testkit.Plans + `namespaces:
   - name: api
     plans: [free, pro]
     default_plan: free

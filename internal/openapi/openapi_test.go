@@ -27,6 +27,7 @@ import (
 	"github.com/exactlimit/ratelimit/internal/openapi"
 	"github.com/exactlimit/ratelimit/internal/operator"
 	"github.com/exactlimit/ratelimit/internal/server"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
@@ -34,14 +35,9 @@ import (
 // an hour per subject, so that the fourth acquire is a 429 however slow the
 // machine, and a namespace of requests and tokens, for OpenAI's headers and
 // reservations of one cost per limit; and api, a namespace of plans, free
-// and pro, by assignment, and gw, which takes the request's plan.
-const policies = `
-plans:
-  - name: free
-    rate_limit: {unit: hour, requests_per_unit: 3}
-  - name: pro
-    rate_limit: {unit: minute, requests_per_unit: 50}
-    quotas: [{period: month, allowance: 100000, time_zone: Europe/Paris}]
+// and pro (testkit.Plans), by assignment, and gw, which takes the
+// request's plan.
+const policies = testkit.Plans + `
 namespaces:
   - name: api
     plans: [free, pro]

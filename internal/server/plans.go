@@ -60,16 +60,8 @@ func (r *UsageRequest) fields() []field {
 // plan, and counted in ratelimit_plan_assignments_total.
 func (s *Service) assign(w http.ResponseWriter, r *http.Request) {
 	const path = "/v1/assign"
-	if !s.begin(w, r, path) {
-		return
-	}
 	var req AssignRequest
-	if code, msg := s.decodeBody(w, r, req.fields()...); code != 0 {
-		s.fail(w, path, code, msg)
-		return
-	}
-	if code, msg := checkSubject(req.Subject); code != 0 {
-		s.fail(w, path, code, msg)
+	if !s.request(w, r, path, &req.Subject, req.fields()...) {
 		return
 	}
 	if req.Plan == nil {
@@ -110,16 +102,8 @@ func (s *Service) assign(w http.ResponseWriter, r *http.Request) {
 // rate-limit headers.
 func (s *Service) usage(w http.ResponseWriter, r *http.Request) {
 	const path = "/v1/usage"
-	if !s.begin(w, r, path) {
-		return
-	}
 	var req UsageRequest
-	if code, msg := s.decodeBody(w, r, req.fields()...); code != 0 {
-		s.fail(w, path, code, msg)
-		return
-	}
-	if code, msg := checkSubject(req.Subject); code != 0 {
-		s.fail(w, path, code, msg)
+	if !s.request(w, r, path, &req.Subject, req.fields()...) {
 		return
 	}
 	t, ok := s.target(w, path, req.Namespace, req.Subject, "")

@@ -8,19 +8,13 @@ import (
 
 	"github.com/exactlimit/ratelimit/internal/config"
 	"github.com/exactlimit/ratelimit/internal/keyfmt"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
-// plansFile defines free (3 a minute), pro (50 a minute and 1,000 a day)
-// and the namespaces api (free and pro, by assignment), gw (the same,
+// plansFile offers testkit.Plans (free, 3 a minute; pro, 50 a minute and
+// 1,000 a day) in the namespaces api (free and pro, by assignment), gw (the same,
 // trusting the request's plan) and plain (a limit of its own).
-const plansFile = `
-plans:
-  - name: free
-    rate_limit: {unit: minute, requests_per_unit: 3}
-  - name: pro
-    rate_limit: {unit: minute, requests_per_unit: 50}
-    quotas: [{period: day, allowance: 1000}]
-namespaces:
+const plansFile = testkit.Plans + `namespaces:
   - name: api
     plans: [free, pro]
     default_plan: free

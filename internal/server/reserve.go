@@ -114,16 +114,8 @@ func (r *SettleRequest) fields() []field {
 // allowed.
 func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 	const path = "/v1/reserve"
-	if !s.begin(w, r, path) {
-		return
-	}
 	var req ReserveRequest
-	if code, msg := s.decodeBody(w, r, req.fields()...); code != 0 {
-		s.fail(w, path, code, msg)
-		return
-	}
-	if code, msg := checkSubject(req.Subject); code != 0 {
-		s.fail(w, path, code, msg)
+	if !s.request(w, r, path, &req.Subject, req.fields()...) {
 		return
 	}
 	t, ok := s.target(w, path, req.Namespace, req.Subject, req.Plan)
@@ -187,12 +179,8 @@ const settleUnavailable = "rate limit store unavailable: the settle may have bee
 // not answer in time) may have been applied all the same.
 func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 	const path = "/v1/settle"
-	if !s.begin(w, r, path) {
-		return
-	}
 	var req SettleRequest
-	if code, msg := s.decodeBody(w, r, req.fields()...); code != 0 {
-		s.fail(w, path, code, msg)
+	if !s.request(w, r, path, nil, req.fields()...) {
 		return
 	}
 	switch {

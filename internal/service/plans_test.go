@@ -2,7 +2,6 @@ package service
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -17,14 +16,9 @@ import (
 	"github.com/exactlimit/ratelimit/redisstore"
 )
 
-// plansConfig offers free (3 a minute) and pro (50 a minute) in namespace
-// api.
-const plansConfig = `plans:
-  - name: free
-    rate_limit: {unit: minute, requests_per_unit: 3}
-  - name: pro
-    rate_limit: {unit: minute, requests_per_unit: 50}
-namespaces:
+// plansConfig offers testkit.Plans (free, 3 a minute; pro, 50 a minute and
+// 1,000 a day) in namespace api.
+const plansConfig = testkit.Plans + `namespaces:
   - name: api
     plans: [free, pro]
     default_plan: free
@@ -34,26 +28,12 @@ namespaces:
 // and the decoded JSON answer.
 func postJSON(t *testing.T, url, token, body string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	code, b := fetch(t, http.MethodPost, url, token, body)
 	var out map[string]any
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatalf("POST %s: %d %q is not JSON: %v", url, res.StatusCode, b, err)
+	if err := json.Unmarshal([]byte(b), &out); err != nil {
+		t.Fatalf("POST %s: %d %q is not JSON: %v", url, code, b, err)
 	}
-	return res.StatusCode, out
+	return code, out
 }
 
 // TestPlansAcrossTwoServices: two services, each with its own Redis client,
@@ -95,7 +75,7 @@ func TestPlansAcrossTwoServices(t *testing.T) {
 	if !strings.Contains(log, `msg="plan assigned" namespace=api subject=`+keyfmt.Hash("acme")+` plan=pro previous="" listener=`+b.Addrs().API().String()+" remote=127.0.0.1:") {
 		t.Errorf("the second's log does not say who assigned what:\n%s", log)
 	}
-	if _, body := getWithToken(t, "http://"+b.Addrs().API().String()+"/metrics", "s3cret"); !strings.Contains(body, `ratelimit_plan_assignments_total{namespace="api",plan="pro"} 1`) {
+	if _, body := fetch(t, http.MethodGet, "http://"+b.Addrs().API().String()+"/metrics", "s3cret", ""); !strings.Contains(body, `ratelimit_plan_assignments_total{namespace="api",plan="pro"} 1`) {
 		t.Errorf("the second's /metrics does not count the assignment")
 	}
 
@@ -134,29 +114,8 @@ func TestPlansAcrossTwoServices(t *testing.T) {
 	}
 	// Both agree on acme's usage.
 	for _, s := range []*Service{a, b} {
-		if _, d := postJSON(t, api(s, "usage"), "s3cret", acme); d["plan"] != "pro" || len(d["limits"].([]any)) != 1 {
+		if _, d := postJSON(t, api(s, "usage"), "s3cret", acme); d["plan"] != "pro" || len(d["limits"].([]any)) != 2 {
 			t.Errorf("usage on %v: %v", s.Addrs().API(), d)
 		}
 	}
-}
-
-// getWithToken returns the status and body of GET url with the bearer
-// token.
-func getWithToken(t *testing.T, url, token string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.StatusCode, string(b)
 }
