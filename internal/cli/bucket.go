@@ -18,6 +18,8 @@ const bucketAbout = `
 acquire and peek need the namespace's limit: the built-in "default" (10 per
 second, bursting to 10), or the one --config gives it. Use the file the
 service runs with: a check under another limit changes the bucket's policy.
+In a namespace of plans, acquire and peek check under the subject's plan,
+as the store's assignments give it (see 'ratelimit assign').
 reset needs none. The decision is printed as a line, or with --json as the
 service's JSON; a denial is not an error (exit status 0).`
 
