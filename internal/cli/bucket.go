@@ -18,6 +18,8 @@ const bucketAbout = `
 acquire and peek need the namespace's limit: the built-in "default" (10 per
 second, bursting to 10), or the one --config gives it. Use the file the
 service runs with: a check under another limit changes the bucket's policy.
+In a namespace of plans, acquire and peek check under the subject's plan,
+as the store's assignments give it (see 'ratelimit assign').
 reset needs none. The decision is printed as a line, or with --json as the
 service's JSON; a denial is not an error (exit status 0).`
 
@@ -76,20 +78,24 @@ func runBucket(op string) func(ctx context.Context, env Env, args []string) erro
 		default:
 			return usagef("unknown namespace %q (known: %v); give the service's --config", ns, policies.Names())
 		}
-		if op == "acquire" && (cost < 1 || cost > pol.MaxCost()) {
-			return usagef("--cost must be between 1 and the capacity %d of namespace %q (got %d)", pol.MaxCost(), ns, cost)
-		}
 		st, err := openStore(storeOptions{redis: rf})
 		if err != nil {
 			return err
 		}
 		defer st.close()
-		lim, err := ratelimit.NewMulti[string](st.store, pol.Limits(), append(pol.Options(), ratelimit.WithNamespace(ns))...)
-		if err != nil {
-			return err
-		}
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
+		sl, err := subjectLimiter(ctx, st.store, ns, pol, subject)
+		if err != nil {
+			return fmt.Errorf("%s: %w", st.name, err)
+		}
+		defer sl.close()
+		lim := sl.lim
+		pol = sl.pol
+		if op == "acquire" && (cost < 1 || cost > pol.MaxCost()) {
+			// (Of the subject's plan, in a namespace of plans.)
+			return usagef("--cost must be between 1 and the capacity %d of namespace %q (got %d)", pol.MaxCost(), ns, cost)
+		}
 		var d ratelimit.Decision
 		switch op {
 		case "acquire":
@@ -111,7 +117,9 @@ func runBucket(op string) func(ctx context.Context, env Env, args []string) erro
 			return nil
 		}
 		if asJSON {
-			return json.NewEncoder(env.Stdout).Encode(server.NewDecision(ns, subject, cost, d, pol))
+			out := server.NewDecision(ns, subject, cost, d, pol)
+			out.Plan = sl.plan
+			return json.NewEncoder(env.Stdout).Encode(out)
 		}
 		fmt.Fprintln(env.Stdout, formatDecision(d))
 		return nil

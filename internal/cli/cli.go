@@ -46,6 +46,8 @@ func init() {
 		{"acquire", "--redis URL [flags] SUBJECT", "take tokens from a subject's bucket", runBucket("acquire")},
 		{"peek", "--redis URL [flags] SUBJECT", "show a subject's bucket without taking anything", runBucket("peek")},
 		{"reset", "--redis URL [flags] SUBJECT", "delete a subject's bucket, so that it starts full", runBucket("reset")},
+		{"assign", "--redis URL --config FILE [flags]", "set a subject's plan in a namespace of plans", runAssign},
+		{"usage", "--redis URL --config FILE [flags]", "show a subject's plan and the standing of its limits", runUsage},
 		{"bench", "[flags]", "drive a store with concurrent checks and report decisions/s and latency", runBench},
 		{"envoy-bench", "[flags]", "drive Envoy's rate limit service over gRPC and report calls/s and latency", runEnvoyBench},
 	}

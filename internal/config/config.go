@@ -38,7 +38,25 @@
 // the 15th at 09:00: "2026-01-15T09:00"; by default the calendar's: days
 // from midnight, weeks from Monday, months from the 1st). A quota counts
 // requests, or, with counts: tokens in a namespace with a token_limit, the
-// tokens. The
+// tokens.
+//
+// A file may define plans, each a name and the limit keys a namespace
+// takes, and a namespace may offer some of them instead of limits of its
+// own (see ratelimit.Plans): each subject is checked under its plan, the
+// one assigned to it or default_plan, and with trust_plan: true under the
+// plan a request names:
+//
+//	plans:
+//	  - name: free
+//	    rate_limit: {unit: minute, requests_per_unit: 3}
+//	  - name: pro
+//	    rate_limit: {unit: minute, requests_per_unit: 50}
+//	namespaces:
+//	  - name: api
+//	    plans: [free, pro]
+//	    default_plan: free
+//
+// A plan defined and offered by no namespace is allowed. The
 // namespace "default" is always there: a file may change its limit, and without a file it allows 10 per
 // second per subject, bursting to 10. A file must define at least one
 // namespace: an empty one is refused, so that a truncated file reloaded on
@@ -49,6 +67,7 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -74,7 +93,9 @@ var DefaultLimit = ratelimit.PerSecond(10)
 type Policies map[string]Policy
 
 // Policy is the limits of a namespace: its rate_limit, its token_limit
-// when it has one, and its quotas.
+// when it has one, and its quotas; or, for a namespace of plans, the plans
+// it offers (then Requests, Tokens and Quotas are zero: each subject is
+// checked under its plan's Policy, see Plan).
 type Policy struct {
 	// Requests is the rate_limit.
 	Requests ratelimit.Limit
@@ -82,6 +103,74 @@ type Policy struct {
 	Tokens ratelimit.Limit
 	// Quotas are the quotas, in the file's order.
 	Quotas []Quota
+	// Plans are the plans the namespace offers (its plans:), in the
+	// file's order; nil for a namespace of limits of its own.
+	Plans []Plan
+	// DefaultPlan names the plan of a subject without an assignment (its
+	// default_plan:), one of Plans.
+	DefaultPlan string
+	// TrustPlan is the namespace's trust_plan: a request may name the
+	// plan it is checked under, rather than the subject's assignment.
+	TrustPlan bool
+}
+
+// Plan is a plan of the file's plans: its name and its limits (a Policy
+// without plans of its own).
+type Plan struct {
+	Name   string
+	Policy Policy
+}
+
+// OwnPolicy returns the Policy of a subject's policy of its own (a
+// ratelimit.Assignment of limits and quotas, which a Go program assigns),
+// as a Limiter of it has them: its first limit as the rate_limit, its
+// second as the token_limit when it has two, and its quotas, each counting
+// requests.
+func OwnPolicy(limits []ratelimit.Limit, quotas []ratelimit.Quota) Policy {
+	var p Policy
+	if len(limits) > 0 {
+		p.Requests = limits[0]
+	}
+	if len(limits) == 2 {
+		p.Tokens = limits[1]
+	}
+	for _, q := range quotas {
+		p.Quotas = append(p.Quotas, Quota{Quota: q})
+	}
+	return p
+}
+
+// HasPlans reports whether p is a namespace of plans.
+func (p Policy) HasPlans() bool { return len(p.Plans) > 0 }
+
+// Plan returns the Policy of the plan named name that p offers; ok is
+// false when p offers none of that name.
+func (p Policy) Plan(name string) (pol Policy, ok bool) {
+	for _, pl := range p.Plans {
+		if pl.Name == name {
+			return pl.Policy, true
+		}
+	}
+	return Policy{}, false
+}
+
+// PlanNames returns the names of the plans p offers, in order, joined by
+// ", ": for errors that name the plans on offer.
+func (p Policy) PlanNames() string {
+	names := make([]string, len(p.Plans))
+	for i, pl := range p.Plans {
+		names[i] = pl.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// LibraryPlans returns p's plans as ratelimit.NewPlans takes them.
+func (p Policy) LibraryPlans() []ratelimit.Plan {
+	out := make([]ratelimit.Plan, len(p.Plans))
+	for i, pl := range p.Plans {
+		out[i] = ratelimit.Plan{Name: pl.Name, Limits: pl.Policy.Limits(), Quotas: pl.Policy.LimiterQuotas()}
+	}
+	return out
 }
 
 // Quota is a namespace's quota: what it allows, and whether it counts
@@ -161,8 +250,25 @@ func (p Policy) MaxCost() int64 {
 
 // String describes p, "capacity 60, refill 60 per 1m", followed by
 // " and tokens: capacity 90000, refill 90000 per 1m" when p has a
-// token_limit, and each quota (" and 100000 a month in Europe/Paris").
+// token_limit, and each quota (" and 100000 a month in Europe/Paris"); a
+// namespace of plans as "plans free (capacity 3, refill 3 per 1m), pro
+// (...), default free", and ", trust_plan" when it trusts requests' plans.
 func (p Policy) String() string {
+	if p.HasPlans() {
+		var b strings.Builder
+		b.WriteString("plans ")
+		for i, pl := range p.Plans {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s (%v)", pl.Name, pl.Policy)
+		}
+		b.WriteString(", default " + p.DefaultPlan)
+		if p.TrustPlan {
+			b.WriteString(", trust_plan")
+		}
+		return b.String()
+	}
 	s := p.Requests.String()
 	if p.HasTokens() {
 		s = fmt.Sprintf("%v and tokens: %v", p.Requests, p.Tokens)
@@ -178,7 +284,9 @@ func (p Policy) String() string {
 
 // Equal reports whether p and o are the same policy.
 func (p Policy) Equal(o Policy) bool {
-	return p.Requests == o.Requests && p.Tokens == o.Tokens && slices.Equal(p.Quotas, o.Quotas)
+	return p.Requests == o.Requests && p.Tokens == o.Tokens && slices.Equal(p.Quotas, o.Quotas) &&
+		p.DefaultPlan == o.DefaultPlan && p.TrustPlan == o.TrustPlan &&
+		slices.EqualFunc(p.Plans, o.Plans, func(a, b Plan) bool { return a.Name == b.Name && a.Policy.Equal(b.Policy) })
 }
 
 // Default returns the built-in policies: DefaultNamespace with DefaultLimit.
@@ -208,14 +316,28 @@ func (p Policies) String() string {
 }
 
 type file struct {
+	Plans      []plan      `yaml:"plans"`
 	Namespaces []namespace `yaml:"namespaces"`
 }
 
-type namespace struct {
-	Name       string      `yaml:"name"`
+// limits are the limit keys of a namespace and of a plan.
+type limits struct {
 	RateLimit  *rateLimit  `yaml:"rate_limit"`
 	TokenLimit *tokenLimit `yaml:"token_limit"`
 	Quotas     []quota     `yaml:"quotas"`
+}
+
+type namespace struct {
+	Name        string `yaml:"name"`
+	limits      `yaml:",inline"`
+	Plans       []string `yaml:"plans"`
+	DefaultPlan string   `yaml:"default_plan"`
+	TrustPlan   bool     `yaml:"trust_plan"`
+}
+
+type plan struct {
+	Name   string `yaml:"name"`
+	limits `yaml:",inline"`
 }
 
 type quota struct {
@@ -270,6 +392,10 @@ func Parse(data []byte) (Policies, error) {
 		// default namespace, and every other one would answer 404.
 		return nil, errors.New("the file defines no namespace: list them under namespaces:")
 	}
+	plans, err := parsePlans(f.Plans)
+	if err != nil {
+		return nil, err
+	}
 	p := Default()
 	seen := map[string]bool{}
 	for i, ns := range f.Namespaces {
@@ -280,7 +406,7 @@ func Parse(data []byte) (Policies, error) {
 			return nil, fmt.Errorf("namespace %q is defined twice", ns.Name)
 		}
 		seen[ns.Name] = true
-		pol, err := ns.policy()
+		pol, err := ns.policy(f.Plans, plans)
 		if err != nil {
 			return nil, fmt.Errorf("namespace %q: %w", ns.Name, err)
 		}
@@ -289,8 +415,98 @@ func Parse(data []byte) (Policies, error) {
 	return p, nil
 }
 
-func (ns namespace) policy() (Policy, error) {
-	rl := ns.RateLimit
+// parsePlans returns the policy of each of the file's plans, by name. A
+// plan's name and policy are checked by ratelimit.NewPlans, the library's
+// one rule; a name given twice is an error.
+func parsePlans(plans []plan) (map[string]Policy, error) {
+	out := make(map[string]Policy, len(plans))
+	for i, pl := range plans {
+		if _, ok := out[pl.Name]; ok {
+			return nil, fmt.Errorf("plans[%d]: plan %q is defined twice", i, pl.Name)
+		}
+		pol, err := pl.policy()
+		if err != nil {
+			return nil, fmt.Errorf("plans[%d] (%q): %w", i, pl.Name, err)
+		}
+		lib := Policy{Plans: []Plan{{Name: pl.Name, Policy: pol}}}
+		if _, err := ratelimit.NewPlans[string](noStore{}, lib.LibraryPlans(), pl.Name); err != nil {
+			return nil, fmt.Errorf("plans[%d].name: %s", i, strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": "))
+		}
+		out[pl.Name] = pol
+	}
+	return out, nil
+}
+
+// noStore is the Store of the Plans that parsePlans checks a plan with: it
+// is never called (NewPlans makes no store call, and starts no watcher on a
+// store that is not a ratelimit.Assigner).
+type noStore struct{}
+
+func (noStore) Apply(context.Context, string, ratelimit.Request) (ratelimit.Decision, error) {
+	return ratelimit.Decision{}, errors.ErrUnsupported
+}
+
+func (noStore) Reset(context.Context, string) error { return errors.ErrUnsupported }
+
+// policy is the namespace's Policy: its limits, or the plans it offers
+// among defined (the file's plans, in order, and their policies by name).
+func (ns namespace) policy(defined []plan, plans map[string]Policy) (Policy, error) {
+	if ns.Plans == nil {
+		switch {
+		case ns.DefaultPlan != "":
+			return Policy{}, errors.New("default_plan needs plans: the plans the namespace offers")
+		case ns.TrustPlan:
+			return Policy{}, errors.New("trust_plan needs plans: the plans the namespace offers")
+		}
+		return ns.limits.policy()
+	}
+	switch {
+	case ns.RateLimit != nil:
+		return Policy{}, errors.New("rate_limit: a namespace with plans has no limits of its own (its plans' apply); remove rate_limit or plans")
+	case ns.TokenLimit != nil:
+		return Policy{}, errors.New("token_limit: a namespace with plans has no limits of its own (its plans' apply); remove token_limit or plans")
+	case ns.Quotas != nil:
+		return Policy{}, errors.New("quotas: a namespace with plans has no limits of its own (its plans' apply); remove quotas or plans")
+	case len(ns.Plans) == 0:
+		return Policy{}, errors.New("plans is empty: list the plans the namespace offers, or remove plans")
+	}
+	p := Policy{TrustPlan: ns.TrustPlan}
+	for i, name := range ns.Plans {
+		pol, ok := plans[name]
+		if !ok {
+			return Policy{}, fmt.Errorf("plans[%d]: unknown plan %q (the plans defined: %s)", i, name, definedNames(defined))
+		}
+		if _, twice := p.Plan(name); twice {
+			return Policy{}, fmt.Errorf("plans[%d]: plan %q is listed twice", i, name)
+		}
+		p.Plans = append(p.Plans, Plan{Name: name, Policy: pol})
+	}
+	switch _, ok := p.Plan(ns.DefaultPlan); {
+	case ns.DefaultPlan == "":
+		return Policy{}, fmt.Errorf("default_plan is missing: name the plan of a subject without an assignment, one of %s", p.PlanNames())
+	case !ok:
+		return Policy{}, fmt.Errorf("default_plan %q is not one of the namespace's plans (%s)", ns.DefaultPlan, p.PlanNames())
+	}
+	p.DefaultPlan = ns.DefaultPlan
+	return p, nil
+}
+
+// definedNames lists the names of the file's plans, "none" when there are
+// none.
+func definedNames(plans []plan) string {
+	if len(plans) == 0 {
+		return "none: define them under plans:"
+	}
+	names := make([]string, len(plans))
+	for i, pl := range plans {
+		names[i] = pl.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// policy is the Policy of the limit keys l: a namespace's or a plan's.
+func (l limits) policy() (Policy, error) {
+	rl := l.RateLimit
 	if rl == nil {
 		return Policy{}, errors.New("rate_limit is missing")
 	}
@@ -299,12 +515,12 @@ func (ns namespace) policy() (Policy, error) {
 		return Policy{}, err
 	}
 	p := Policy{Requests: req}
-	if tl := ns.TokenLimit; tl != nil {
+	if tl := l.TokenLimit; tl != nil {
 		if p.Tokens, err = limitOf("token_limit", tl.Unit, "tokens_per_unit", tl.TokensPerUnit, tl.Burst); err != nil {
 			return Policy{}, err
 		}
 	}
-	for i, q := range ns.Quotas {
+	for i, q := range l.Quotas {
 		c, err := q.quota(p.HasTokens())
 		if err != nil {
 			return Policy{}, fmt.Errorf("quotas[%d].%w", i, err)
@@ -451,7 +667,9 @@ func CheckName(name string) error {
 // what to call them instead.
 var goTypes = strings.NewReplacer(
 	"[]config.namespace", "a list of namespaces",
-	"config.namespace", "a namespace (name, rate_limit and token_limit)",
+	"config.namespace", "a namespace (name, rate_limit, token_limit, quotas, plans, default_plan, trust_plan)",
+	"[]config.plan", "a list of plans",
+	"config.plan", "a plan (name, rate_limit, token_limit, quotas)",
 	"config.rateLimit", "a rate_limit (unit, requests_per_unit, burst)",
 	"config.tokenLimit", "a token_limit (unit, tokens_per_unit, burst)",
 	"[]config.quota", "a list of quotas",

@@ -187,6 +187,112 @@ func TestParseQuotas(t *testing.T) {
 	}
 }
 
+// plansDoc is a file of three plans, and a namespace that offers two of
+// them with opts added to it.
+func plansDoc(opts string) string {
+	return `plans:
+  - name: free
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - name: pro
+    rate_limit: {unit: minute, requests_per_unit: 50}
+    quotas: [{period: month, allowance: 100000}]
+  - name: unused
+    rate_limit: {unit: second, requests_per_unit: 1}
+namespaces:
+  - name: api
+` + opts
+}
+
+func TestParsePlans(t *testing.T) {
+	p, err := Parse([]byte(plansDoc("    plans: [free, pro]\n    default_plan: free\n    trust_plan: true\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := p["api"]
+	want := Policy{
+		Plans: []Plan{
+			{Name: "free", Policy: Policy{Requests: ratelimit.PerMinute(3)}},
+			{Name: "pro", Policy: Policy{Requests: ratelimit.PerMinute(50), Quotas: []Quota{{Quota: ratelimit.CalendarQuota(100000, ratelimit.Month, nil)}}}},
+		},
+		DefaultPlan: "free",
+		TrustPlan:   true,
+	}
+	if !pol.Equal(want) {
+		t.Fatalf("api = %v, want %v", pol, want)
+	}
+	if !pol.HasPlans() || pol.PlanNames() != "free, pro" {
+		t.Errorf("HasPlans %v, PlanNames %q", pol.HasPlans(), pol.PlanNames())
+	}
+	if pro, ok := pol.Plan("pro"); !ok || pro.MaxCost() != 50 {
+		t.Errorf("Plan(pro) = %v, %v", pro, ok)
+	}
+	if _, ok := pol.Plan("unused"); ok {
+		t.Error("Plan(unused): the namespace does not offer it")
+	}
+	lib := pol.LibraryPlans()
+	if len(lib) != 2 || lib[1].Name != "pro" || lib[1].Limits[0] != ratelimit.PerMinute(50) || len(lib[1].Quotas) != 1 {
+		t.Errorf("LibraryPlans = %+v", lib)
+	}
+	if got := pol.String(); got != "plans free (capacity 3, refill 3 per 1m), pro (capacity 50, refill 50 per 1m and 100000 a month in UTC), default free, trust_plan" {
+		t.Errorf("String = %q", got)
+	}
+	j := pol.JSON()
+	if j.Capacity != 3 || j.DefaultPlan != "free" || !j.TrustPlan || len(j.Plans) != 2 || j.Plans[1].Name != "pro" || j.Plans[1].Capacity != 50 || len(j.Plans[1].Quotas) != 1 {
+		t.Errorf("JSON = %+v", j)
+	}
+	other := want
+	other.TrustPlan = false
+	if pol.Equal(other) {
+		t.Error("Equal ignores trust_plan")
+	}
+}
+
+func TestParsePlanErrors(t *testing.T) {
+	tests := []struct{ name, doc, want string }{
+		{"an unknown plan names the plans defined", plansDoc("    plans: [free, gold]\n    default_plan: free\n"),
+			`namespace "api": plans[1]: unknown plan "gold" (the plans defined: free, pro, unused)`},
+		{"a default plan not offered", plansDoc("    plans: [free, pro]\n    default_plan: unused\n"),
+			`namespace "api": default_plan "unused" is not one of the namespace's plans (free, pro)`},
+		{"plans without a default plan", plansDoc("    plans: [free, pro]\n"),
+			`namespace "api": default_plan is missing: name the plan of a subject without an assignment, one of free, pro`},
+		{"a plan listed twice", plansDoc("    plans: [free, free]\n    default_plan: free\n"),
+			`namespace "api": plans[1]: plan "free" is listed twice`},
+		{"limits beside plans", plansDoc("    plans: [free]\n    default_plan: free\n    rate_limit: {unit: second, requests_per_unit: 1}\n"),
+			`namespace "api": rate_limit: a namespace with plans has no limits of its own`},
+		{"quotas beside plans", plansDoc("    plans: [free]\n    default_plan: free\n    quotas: [{period: day, allowance: 5}]\n"),
+			`namespace "api": quotas: a namespace with plans has no limits of its own`},
+		{"a token limit beside plans", plansDoc("    plans: [free]\n    default_plan: free\n    token_limit: {unit: second, tokens_per_unit: 1}\n"),
+			`namespace "api": token_limit: a namespace with plans has no limits of its own`},
+		{"an empty list of plans", plansDoc("    plans: []\n    default_plan: free\n"), `namespace "api": plans is empty`},
+		{"a default plan without plans", plansDoc("    rate_limit: {unit: second, requests_per_unit: 1}\n    default_plan: free\n"),
+			`namespace "api": default_plan needs plans`},
+		{"trust_plan without plans", plansDoc("    rate_limit: {unit: second, requests_per_unit: 1}\n    trust_plan: true\n"),
+			`namespace "api": trust_plan needs plans`},
+		{"a plan defined twice", "plans:\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - name: a\n    rate_limit: {unit: second, requests_per_unit: 2}\n" + plansDoc("")[len("plans:\n"):],
+			`plans[1]: plan "a" is defined twice`},
+		{"a plan without limits", "plans:\n  - name: a\nnamespaces:\n  - name: x\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`plans[0] ("a"): rate_limit is missing`},
+		{"a plan's bad limit", "plans:\n  - name: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\nnamespaces:\n  - name: x\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`plans[0] ("a"): rate_limit.unit "fortnight"`},
+		{"a plan's bad name", "plans:\n  - name: a:b\n    rate_limit: {unit: second, requests_per_unit: 1}\nnamespaces:\n  - name: x\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`plans[0].name: a plan's name must be letters, digits, '.', '_' and '-' (got "a:b")`},
+		{"a plan without a name", "plans:\n  - rate_limit: {unit: second, requests_per_unit: 1}\nnamespaces:\n  - name: x\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`plans[0].name: a plan's name must have 1 to 64 characters (got 0)`},
+		{"a plan of an unknown field", "plans:\n  - name: a\n    plans: [b]\nnamespaces:\n  - name: x\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"field plans not found in a plan (name, rate_limit, token_limit, quotas)"},
+		{"a namespace of plans when none is defined", "namespaces:\n  - name: x\n    plans: [free]\n    default_plan: free\n",
+			`namespace "x": plans[0]: unknown plan "free" (the plans defined: none: define them under plans:)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.doc))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Parse(%q) error = %v, want one containing %q", tt.doc, err, tt.want)
+			}
+		})
+	}
+}
+
 func TestEnvoyPrefixReserved(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

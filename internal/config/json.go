@@ -17,6 +17,18 @@ type PolicyJSON struct {
 	Tokens *PolicyJSON `json:"tokens,omitempty"`
 	// Quotas are a namespace's quotas, where Tokens may be.
 	Quotas []QuotaJSON `json:"quotas,omitempty"`
+	// Plans are a namespace's plans, where Tokens may be: the fields
+	// above are then its default plan's (DefaultPlan), the limits of a
+	// subject without an assignment. TrustPlan is its trust_plan.
+	Plans       []PlanJSON `json:"plans,omitempty"`
+	DefaultPlan string     `json:"default_plan,omitempty"`
+	TrustPlan   bool       `json:"trust_plan,omitempty"`
+}
+
+// PlanJSON is the JSON form of a plan: its name and its limits.
+type PlanJSON struct {
+	Name string `json:"name"`
+	PolicyJSON
 }
 
 // QuotaJSON is the JSON form of a namespace's quota, in the fields of its
@@ -35,8 +47,17 @@ func LimitJSON(l ratelimit.Limit) PolicyJSON {
 }
 
 // JSON returns the JSON form of p: its rate_limit, with its token_limit as
-// Tokens.
+// Tokens; for a namespace of plans, its default plan's, with the plans.
 func (p Policy) JSON() PolicyJSON {
+	if p.HasPlans() {
+		def, _ := p.Plan(p.DefaultPlan)
+		out := def.JSON()
+		for _, pl := range p.Plans {
+			out.Plans = append(out.Plans, PlanJSON{Name: pl.Name, PolicyJSON: pl.Policy.JSON()})
+		}
+		out.DefaultPlan, out.TrustPlan = p.DefaultPlan, p.TrustPlan
+		return out
+	}
 	out := LimitJSON(p.Requests)
 	if p.HasTokens() {
 		t := LimitJSON(p.Tokens)

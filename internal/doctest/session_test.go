@@ -19,17 +19,18 @@ import (
 )
 
 // startServe runs 'ratelimit serve' in this process on a free loopback
-// port, as the sessions start it (no flags: the embedded store, the default
-// namespace), and returns its address, which the running service gives
-// (cli.Env.ServeStarted). It stops when the test ends.
-func startServe(t *testing.T) string {
+// port, as the sessions start it (the embedded store; without args, the
+// default namespace), with args added, and returns its address, which the
+// running service gives (cli.Env.ServeStarted). It stops when the test
+// ends.
+func startServe(t *testing.T, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	env := cli.Env{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" },
 		ServeStarted: func(s *service.Service) { addr <- s.Addrs().HTTP.String() }}
 	done := make(chan int, 1)
-	go func() { done <- cli.Main(ctx, []string{"serve", "--listen", "127.0.0.1:0"}, env) }()
+	go func() { done <- cli.Main(ctx, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...), env) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

@@ -27,15 +27,25 @@ import (
 	"github.com/exactlimit/ratelimit/internal/openapi"
 	"github.com/exactlimit/ratelimit/internal/operator"
 	"github.com/exactlimit/ratelimit/internal/server"
+	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
 
 // policies are the namespaces of the services under test: a default of 3
 // an hour per subject, so that the fourth acquire is a 429 however slow the
 // machine, and a namespace of requests and tokens, for OpenAI's headers and
-// reservations of one cost per limit.
-const policies = `
+// reservations of one cost per limit; and api, a namespace of plans, free
+// and pro (testkit.Plans), by assignment, and gw, which takes the
+// request's plan.
+const policies = testkit.Plans + `
 namespaces:
+  - name: api
+    plans: [free, pro]
+    default_plan: free
+  - name: gw
+    plans: [free, pro]
+    default_plan: free
+    trust_plan: true
   - name: default
     rate_limit: {unit: hour, requests_per_unit: 3}
   - name: chat
@@ -120,6 +130,20 @@ func (s *flakyStore) Settle(ctx context.Context, key, id string, r ratelimit.Req
 		return ratelimit.Decision{}, errDown
 	}
 	return s.Store.Settle(ctx, key, id, r, actual)
+}
+
+func (s *flakyStore) Assign(ctx context.Context, namespace, subject, value string) (string, error) {
+	if s.mode.Load() != up {
+		return "", errDown
+	}
+	return s.Store.Assign(ctx, namespace, subject, value)
+}
+
+func (s *flakyStore) AssignmentsSince(ctx context.Context, namespace, cursor string) (map[string]string, string, bool, error) {
+	if s.mode.Load() != up {
+		return nil, "", false, errDown
+	}
+	return s.Store.AssignmentsSince(ctx, namespace, cursor)
 }
 
 func (s *flakyStore) ping(context.Context) error {
@@ -390,8 +414,29 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 		c.do(t, base, post("/v1/reserve", `{"namespace": "chat", "subject": "carol", "cost": [1, 9000]}`, 200))
 		c.do(t, base, post("/v1/reserve", `{"namespace": "chat", "subject": "carol", "cost": [1, 9000]}`, 429))
 
+		// Plans: a subject on free, assigned pro, reads its usage under
+		// pro; a namespace that trusts the request's plan takes it.
+		a = c.do(t, base, post("/v1/acquire", `{"namespace": "api", "subject": "acme"}`, 200))
+		if a.json["plan"] != "free" {
+			t.Errorf("acquire in api: %s", a.body)
+		}
+		a = c.do(t, base, post("/v1/assign", `{"namespace": "api", "subject": "acme", "plan": "pro"}`, 200))
+		if a.json["plan"] != "pro" || a.json["previous"] != "" {
+			t.Errorf("assign: %s", a.body)
+		}
+		a = c.do(t, base, post("/v1/usage", `{"namespace": "api", "subject": "acme"}`, 200))
+		if a.json["plan"] != "pro" || len(a.json["limits"].([]any)) != 2 {
+			t.Errorf("usage: %s", a.body)
+		}
+		c.do(t, base, post("/v1/usage", `{"subject": "acme"}`, 200))
+		c.do(t, base, post("/v1/peek", `{"namespace": "api", "subject": "acme"}`, 200))
+		c.do(t, base, post("/v1/acquire", `{"namespace": "gw", "subject": "acme", "plan": "pro", "cost": 2}`, 200))
+		a = c.do(t, base, post("/v1/reserve", `{"namespace": "gw", "subject": "acme", "plan": "pro", "cost": [1, 1]}`, 200))
+		c.do(t, base, post("/v1/settle", fmt.Sprintf(`{"namespace": "gw", "token": %q, "used": 1}`, a.json["token"]), 200))
+		c.do(t, base, post("/v1/assign", `{"namespace": "api", "subject": "acme", "plan": ""}`, 200))
+
 		a = c.do(t, base, get("/v1/stats", 200))
-		if ns, _ := a.json["namespaces"].([]any); len(ns) != 3 || !strings.Contains(string(a.body), `"envoy":{"domain":"api","rules":2}`) {
+		if ns, _ := a.json["namespaces"].([]any); len(ns) != 5 || !strings.Contains(string(a.body), `"envoy":{"domain":"api","rules":2}`) {
 			t.Errorf("/v1/stats without the Envoy domain: %s", a.body)
 		}
 		for _, x := range []exchange{
@@ -423,6 +468,14 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 			post("/v1/peek", `{"namespace": "chat", "subject": "a", "cost": 61}`, 400),
 			post("/v1/settle", `{"token": "nonsense", "used": 1}`, 400),
 			post("/v1/acquire", `{"namespace": "envoy:x", "subject": "a"}`, 400),
+			post("/v1/assign", `{"namespace": "api", "subject": "acme", "plan": "gold"}`, 400),
+			post("/v1/assign", `{"namespace": "chat", "subject": "acme", "plan": "pro"}`, 400),
+			post("/v1/acquire", `{"namespace": "api", "subject": "acme", "plan": "pro"}`, 400),
+			post("/v1/peek", `{"namespace": "chat", "subject": "acme", "plan": "pro"}`, 400),
+			bad(post("/v1/assign", `{"namespace": "api", "subject": "acme"}`, 400)),
+			bad(post("/v1/assign", `{"namespace": "api", "subject": "", "plan": "pro"}`, 400)),
+			bad(post("/v1/usage", `{"namespace": "api", "subject": "acme", "plan": "pro"}`, 400)),
+			bad(post("/v1/usage", `{"subject": "`+strings.Repeat("s", server.MaxSubjectBytes+1)+`"}`, 400)),
 
 			// 404: a namespace not in force.
 			post("/v1/acquire", `{"namespace": "nope", "subject": "a"}`, 404),
@@ -430,6 +483,8 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 			post("/v1/reset", `{"namespace": "nope", "subject": "a"}`, 404),
 			post("/v1/reserve", `{"namespace": "nope", "subject": "a"}`, 404),
 			post("/v1/settle", `{"namespace": "nope", "token": "abc", "used": 1}`, 404),
+			post("/v1/assign", `{"namespace": "nope", "subject": "a", "plan": "pro"}`, 404),
+			post("/v1/usage", `{"namespace": "nope", "subject": "a"}`, 404),
 
 			// 405: the document has no such operation; the answer is
 			// documented on the endpoint's own.
@@ -438,6 +493,8 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 			{method: http.MethodDelete, path: "/v1/reset", status: 405, badRequest: true, documented: http.MethodPost},
 			{method: http.MethodGet, path: "/v1/reserve", status: 405, badRequest: true, documented: http.MethodPost},
 			{method: http.MethodGet, path: "/v1/settle", status: 405, badRequest: true, documented: http.MethodPost},
+			{method: http.MethodGet, path: "/v1/assign", status: 405, badRequest: true, documented: http.MethodPost},
+			{method: http.MethodGet, path: "/v1/usage", status: 405, badRequest: true, documented: http.MethodPost},
 			{method: http.MethodPost, path: "/v1/config", status: 405, badRequest: true, documented: http.MethodGet},
 			{method: http.MethodPost, path: "/v1/stats", status: 405, badRequest: true, documented: http.MethodGet},
 			{method: http.MethodPost, path: "/healthz", status: 405, badRequest: true, documented: http.MethodGet},
@@ -455,8 +512,11 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 			c.do(t, base, exchange{method: http.MethodPost, path: path, body: `{"subject": "a"}`, hdr: []string{"Content-Type", "text/plain"}, status: 415, badRequest: true})
 			// 421: a Host that is not the service's (DNS rebinding).
 			body := `{"subject": "a"}`
-			if path == "/v1/settle" {
+			switch path {
+			case "/v1/settle":
 				body = `{"token": "abc", "used": 1}`
+			case "/v1/assign":
+				body = `{"namespace": "api", "subject": "a", "plan": "pro"}`
 			}
 			c.do(t, base, exchange{method: http.MethodPost, path: path, body: body, host: "evil.example", status: 421})
 		}
@@ -476,6 +536,8 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 			post("/v1/reset", `{"subject": "a"}`, 401),
 			post("/v1/reserve", `{"subject": "a"}`, 401),
 			post("/v1/settle", `{"token": "abc", "used": 1}`, 401),
+			post("/v1/assign", `{"namespace": "api", "subject": "a", "plan": "pro"}`, 401),
+			post("/v1/usage", `{"namespace": "api", "subject": "a"}`, 401),
 			get("/v1/config", 401), head("/v1/config", 401),
 			get("/v1/stats", 401), head("/v1/stats", 401),
 			get("/metrics", 401), head("/metrics", 401),
@@ -508,6 +570,8 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 			post("/v1/reset", `{"subject": "a"}`, 503),
 			post("/v1/reserve", `{"subject": "a"}`, 503),
 			post("/v1/settle", settle, 503),
+			post("/v1/assign", `{"namespace": "api", "subject": "a", "plan": "pro"}`, 503),
+			post("/v1/usage", `{"namespace": "api", "subject": "a"}`, 503),
 			get("/readyz", 503), head("/readyz", 503),
 			get("/healthz", 200), get("/v1/stats", 200), get("/v1/config", 200),
 		} {
@@ -532,7 +596,7 @@ func TestAPIAnswersAsDocumented(t *testing.T) {
 
 // The endpoints of the API, by method.
 var (
-	posts = []string{"/v1/acquire", "/v1/peek", "/v1/reset", "/v1/reserve", "/v1/settle"}
+	posts = []string{"/v1/acquire", "/v1/peek", "/v1/reset", "/v1/reserve", "/v1/settle", "/v1/assign", "/v1/usage"}
 	gets  = []string{"/v1/config", "/v1/stats", "/healthz", "/readyz", "/metrics", openapi.Path}
 )
 

@@ -3,7 +3,8 @@
 // Stats the service keeps for it (a ratelimit.Observer and a fallback
 // observer: decisions, their rate and latency per namespace and Envoy
 // domain, outages, reloads, the most denied subjects) and the Report of
-// GET /v1/stats, which the page's script reads.
+// GET /v1/stats, which the page's script reads. The page also looks a
+// subject up (its plan and standings) with POST /v1/usage.
 //
 // The HTTP API (package server) serves the page and the report behind its
 // own checks and token, and tells Report what only it knows, through a

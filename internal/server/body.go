@@ -197,6 +197,24 @@ func jsonValueKind(tok json.Token) string {
 	return "number"
 }
 
+// request checks what every POST of the API needs (begin), decodes the
+// body into fields, and checks the subject they decode into (subject, when
+// not nil). When one is wrong it answers and returns false.
+func (s *Service) request(w http.ResponseWriter, r *http.Request, path string, subject *string, fields ...field) bool {
+	if !s.begin(w, r, path) {
+		return false
+	}
+	code, msg := s.decodeBody(w, r, fields...)
+	if code == 0 && subject != nil {
+		code, msg = checkSubject(*subject)
+	}
+	if code != 0 {
+		s.fail(w, path, code, msg)
+		return false
+	}
+	return true
+}
+
 // decode reads an APIRequest, or returns the status and message of why it
 // cannot.
 func (s *Service) decode(w http.ResponseWriter, r *http.Request) (req APIRequest, code int, msg string) {

@@ -19,11 +19,15 @@ type APIRequest struct {
 	// capacity (the smaller one, with a token_limit) for every operation;
 	// peek and reset ignore its value.
 	Cost *int64
+	// Plan, in a namespace of plans that trusts it (trust_plan), is the
+	// plan the check is decided under instead of the subject's
+	// assignment; elsewhere it must be empty.
+	Plan string
 }
 
-// fields are the body's fields: "namespace", "subject" and "cost".
+// fields are the body's fields: "namespace", "subject", "cost" and "plan".
 func (r *APIRequest) fields() []field {
-	return []field{{"namespace", &r.Namespace}, {"subject", &r.Subject}, {"cost", &r.Cost}}
+	return []field{{"namespace", &r.Namespace}, {"subject", &r.Subject}, {"cost", &r.Cost}, {"plan", &r.Plan}}
 }
 
 // Decision is the JSON form of a ratelimit.Decision.
@@ -32,7 +36,10 @@ type Decision struct {
 	Namespace string `json:"namespace"`
 	// Subject is absent from a settle's answer: the token names it.
 	Subject string `json:"subject,omitempty"`
-	Cost    int64  `json:"cost,omitempty"`
+	// Plan is, in a namespace of plans, the plan the decision was made
+	// under; absent elsewhere, and for a subject with a policy of its own.
+	Plan string `json:"plan,omitempty"`
+	Cost int64  `json:"cost,omitempty"`
 	// Remaining is the whole tokens left after the check.
 	Remaining int64 `json:"remaining"`
 	// Limit is the capacity of the policy that bound the decision.

@@ -26,19 +26,21 @@ import (
 //	ratelimit_http_requests_total{path,code} API responses
 //	ratelimit_proxy_requests_total{code}     responses of the reverse proxy, by status code
 //	ratelimit_upstream_errors_total          proxied requests answered 502: the upstream failed
+//	ratelimit_plan_assignments_total{namespace,plan}  assignments accepted by POST /v1/assign (plan "": removed)
 //	ratelimit_build_info{version,goversion}  1
 //
 // and the Go runtime's (go_*) and the process's (process_*) collectors. The
 // outage behaviour is reported only for a store that has one.
 type Metrics struct {
-	registry   *prometheus.Registry
-	observer   *promobserver.Observer
-	namespaces prometheus.Gauge
-	reloads    *prometheus.CounterVec
-	requests   *prometheus.CounterVec
-	proxied    *prometheus.CounterVec
-	upstream   prometheus.Counter
-	bound      bool
+	registry    *prometheus.Registry
+	observer    *promobserver.Observer
+	namespaces  prometheus.Gauge
+	reloads     *prometheus.CounterVec
+	requests    *prometheus.CounterVec
+	proxied     *prometheus.CounterVec
+	upstream    prometheus.Counter
+	assignments *prometheus.CounterVec
+	bound       bool
 }
 
 // NewMetrics returns the service's metrics, all at zero.
@@ -67,7 +69,11 @@ func NewMetrics() *Metrics {
 		Name: "ratelimit_upstream_errors_total",
 		Help: "Proxied requests answered 502 because the upstream could not be reached or failed.",
 	})
-	m.registry.MustRegister(m.observer, m.namespaces, m.reloads, m.requests, m.proxied, m.upstream,
+	m.assignments = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelimit_plan_assignments_total",
+		Help: "Assignments of a subject's plan accepted by POST /v1/assign, by namespace and plan assigned (\"\": the assignment removed).",
+	}, []string{"namespace", "plan"})
+	m.registry.MustRegister(m.observer, m.namespaces, m.reloads, m.requests, m.proxied, m.upstream, m.assignments,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,14 +13,38 @@ import (
 )
 
 type policySet struct {
-	limits   config.Policies
+	limits config.Policies
+	// limiters are the Limiters of the namespaces of limits of their own,
+	// plans the Plans of the namespaces of plans: each namespace is in one.
 	limiters map[string]*ratelimit.Limiter[string]
+	plans    map[string]*ratelimit.Plans[string]
 }
 
+// has reports whether the set holds namespace ns.
+func (set *policySet) has(ns string) bool {
+	_, ok := set.limits[ns]
+	return ok
+}
+
+// close stops the watchers of the set's Plans.
+func (set *policySet) close() {
+	for _, p := range set.plans {
+		p.Close()
+	}
+}
+
+// errClosed is SetPolicies's error after Close.
+var errClosed = errors.New("server: the service is closed")
+
 // SetPolicies replaces the namespaces and their limits. The set must hold
-// config.DefaultNamespace and every namespace pinned by Pin, and no name
-// beginning with config.ReservedPrefix (an Envoy rule's); otherwise the old
-// set stays and the error says why.
+// config.DefaultNamespace and every namespace pinned by Pin (none of them
+// a namespace of plans), and no name beginning with config.ReservedPrefix
+// (an Envoy rule's); otherwise the old set stays and the error says why.
+//
+// A namespace of plans is served by a ratelimit.Plans on the service's
+// store, whose assignments SetPolicies reads once (bounded by the check
+// timeout; a store that does not answer leaves it to the watcher) before
+// the set is put in force; the Plans of the set replaced are closed.
 func (s *Service) SetPolicies(p config.Policies) error {
 	if _, ok := p[config.DefaultNamespace]; !ok {
 		return fmt.Errorf("namespace %q is missing", config.DefaultNamespace)
@@ -29,27 +54,66 @@ func (s *Service) SetPolicies(p config.Policies) error {
 			if _, ok := p[ns]; !ok {
 				return fmt.Errorf("namespace %q limits the proxied requests and cannot be removed", ns)
 			}
+			if p[ns].HasPlans() {
+				return fmt.Errorf("namespace %q limits the proxied requests and cannot offer plans: the proxy takes a namespace of limits of its own", ns)
+			}
 		}
 	}
-	set := &policySet{limits: make(config.Policies, len(p)), limiters: make(map[string]*ratelimit.Limiter[string], len(p))}
+	set := &policySet{limits: make(config.Policies, len(p)), limiters: make(map[string]*ratelimit.Limiter[string], len(p)), plans: map[string]*ratelimit.Plans[string]{}}
 	for ns, pol := range p {
 		if err := reservedName(ns); err != nil {
+			set.close()
 			return fmt.Errorf("namespace %q: %w", ns, err)
 		}
 		opts := []ratelimit.Option{ratelimit.WithNamespace(ns), ratelimit.WithObserver(s.metrics.observer, s.stats)}
 		if s.clock != nil {
 			opts = append(opts, ratelimit.WithClock(s.clock))
 		}
-		lim, err := ratelimit.NewMulti[string](s.store, pol.Limits(), append(opts, pol.Options()...)...)
+		var err error
+		if pol.HasPlans() {
+			if s.planRefresh > 0 {
+				opts = append(opts, ratelimit.WithPlanRefresh(s.planRefresh))
+			}
+			set.plans[ns], err = ratelimit.NewPlans[string](s.store, pol.LibraryPlans(), pol.DefaultPlan, opts...)
+		} else {
+			set.limiters[ns], err = ratelimit.NewMulti[string](s.store, pol.Limits(), append(opts, pol.Options()...)...)
+		}
 		if err != nil {
+			set.close()
 			return fmt.Errorf("namespace %q: %w", ns, err)
 		}
 		set.limits[ns] = pol
-		set.limiters[ns] = lim
 	}
-	s.policies.Store(set)
+	for ns, plans := range set.plans {
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		if err := plans.Refresh(ctx); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+			s.log.Warn("the assignments of a namespace of plans could not be read; its subjects have the default plan until the watcher reads them", "namespace", ns, "err", err)
+		}
+		cancel()
+	}
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
+	if s.closed {
+		set.close()
+		return errClosed
+	}
+	if old := s.policies.Swap(set); old != nil {
+		old.close()
+	}
 	s.metrics.namespaces.Set(float64(len(set.limits)))
 	return nil
+}
+
+// Close stops the watchers of the assignments of the namespaces of plans.
+// The API keeps answering, with the assignments last seen; a later
+// SetPolicies is refused. Close may be called more than once.
+func (s *Service) Close() {
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
+	s.closed = true
+	if set := s.policies.Load(); set != nil {
+		set.close()
+	}
 }
 
 // Policies returns the namespaces in force.
@@ -95,6 +159,9 @@ func (s *Service) Pin(namespaces ...string) error {
 	for _, ns := range namespaces {
 		if _, ok := set.limits[ns]; !ok {
 			return fmt.Errorf("unknown namespace %q (known: %s)", ns, knownNames(set))
+		}
+		if set.limits[ns].HasPlans() {
+			return fmt.Errorf("namespace %q offers plans: the proxy takes a namespace of limits of its own", ns)
 		}
 	}
 	old := s.pinned.Load()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/exactlimit/ratelimit"
@@ -79,12 +80,14 @@ type ReserveRequest struct {
 	// MaxReservationTTL (default DefaultReservationTTL): not settled by
 	// then, it is kept as taken.
 	TTLMs *int64
+	// Plan is as APIRequest's.
+	Plan string
 }
 
-// fields are the body's fields: "namespace", "subject", "cost" and
-// "ttl_ms".
+// fields are the body's fields: "namespace", "subject", "cost", "ttl_ms"
+// and "plan".
 func (r *ReserveRequest) fields() []field {
-	return []field{{"namespace", &r.Namespace}, {"subject", &r.Subject}, {"cost", &r.Cost}, {"ttl_ms", &r.TTLMs}}
+	return []field{{"namespace", &r.Namespace}, {"subject", &r.Subject}, {"cost", &r.Cost}, {"ttl_ms", &r.TTLMs}, {"plan", &r.Plan}}
 }
 
 // SettleRequest is the body of POST /v1/settle; its fields' JSON names are
@@ -111,20 +114,18 @@ func (r *SettleRequest) fields() []field {
 // allowed.
 func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 	const path = "/v1/reserve"
-	if !s.begin(w, r, path) {
-		return
-	}
 	var req ReserveRequest
-	if code, msg := s.decodeBody(w, r, req.fields()...); code != 0 {
-		s.fail(w, path, code, msg)
+	if !s.request(w, r, path, &req.Subject, req.fields()...) {
 		return
 	}
-	if code, msg := checkSubject(req.Subject); code != 0 {
-		s.fail(w, path, code, msg)
-		return
-	}
-	ns, pol, lim, ok := s.lookup(w, path, req.Namespace)
+	t, ok := s.target(w, path, req.Namespace, req.Subject, req.Plan)
 	if !ok {
+		return
+	}
+	ns, pol, lim := t.ns, t.pol, t.lim
+	if t.plans && t.plan == "" {
+		// A settle finds the policy by the plan the token names.
+		s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("the subject has a policy of its own in namespace %q, not a plan: the service reserves under plans only", ns))
 		return
 	}
 	ttl := DefaultReservationTTL
@@ -151,6 +152,7 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 	}
 	d := rv.Decision
 	out := NewDecision(ns, req.Subject, 0, d, pol)
+	out.Plan = t.plan
 	if len(costs) == 1 {
 		out.Cost = costs[0]
 	} else {
@@ -159,7 +161,7 @@ func (s *Service) reserve(w http.ResponseWriter, r *http.Request) {
 	if d.Enforced() && rv.Token() != "" {
 		// An outage behaviour that admits without a bucket took nothing:
 		// there is nothing to settle.
-		out.Token, out.TTLMs = rv.Token(), ttl.Milliseconds()
+		out.Token, out.TTLMs = planToken(t.plan, rv.Token()), ttl.Milliseconds()
 	}
 	s.answer(r.Context(), w, path, lim, req.Subject, &out, d, true)
 }
@@ -177,12 +179,8 @@ const settleUnavailable = "rate limit store unavailable: the settle may have bee
 // not answer in time) may have been applied all the same.
 func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 	const path = "/v1/settle"
-	if !s.begin(w, r, path) {
-		return
-	}
 	var req SettleRequest
-	if code, msg := s.decodeBody(w, r, req.fields()...); code != 0 {
-		s.fail(w, path, code, msg)
+	if !s.request(w, r, path, nil, req.fields()...) {
 		return
 	}
 	switch {
@@ -196,12 +194,26 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, path, http.StatusBadRequest, `used is required: what the work used, such as 480, or [1, 480] for a request of 480 tokens; 0 gives the reservation back`)
 		return
 	}
-	ns, pol, lim, ok := s.lookup(w, path, req.Namespace)
+	ns, set, ok := s.lookup(w, path, req.Namespace)
 	if !ok {
 		return
 	}
+	t := target{ns: ns, pol: set.limits[ns], lim: set.limiters[ns]}
+	token := req.Token
+	if set.plans[ns] != nil {
+		plan, rest, ok := strings.Cut(token, planTokenSep)
+		if !ok {
+			s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("token is not a reservation token of namespace %q, a namespace of plans: send the token /v1/reserve returned", ns))
+			return
+		}
+		if t, ok = s.planTarget(w, path, ns, set, plan); !ok {
+			return
+		}
+		token = rest
+	}
+	pol, lim := t.pol, t.lim
 	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
-	d, err := lim.Settle(ctx, req.Token, perPart(pol, req.Used)...)
+	d, err := lim.Settle(ctx, token, perPart(pol, req.Used)...)
 	cancel()
 	if errors.Is(err, ratelimit.ErrNotReserved) {
 		s.fail(w, path, http.StatusConflict, "no such reservation in namespace "+fmt.Sprintf("%q", ns)+": it was settled or cancelled already, or it expired")
@@ -214,7 +226,26 @@ func (s *Service) settle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := NewDecision(ns, "", 0, d, pol)
+	out.Plan = t.plan
 	s.answer(r.Context(), w, path, lim, "", &out, d, false)
+}
+
+// planTokenSep parts the plan from the library's token in the token of a
+// reservation in a namespace of plans: neither a plan's name nor a
+// library token holds it.
+const planTokenSep = ":"
+
+// planToken returns the token of a reservation made under plan: token
+// itself outside a namespace of plans (plan ""), else "<plan>:<token>", so
+// that the settle, which knows no subject, settles under the policy the
+// reservation was made under. (Under another plan's the settle would carry
+// the subject's bucket over to that plan, as any check under another
+// policy does.)
+func planToken(plan, token string) string {
+	if plan == "" || token == "" {
+		return token
+	}
+	return plan + planTokenSep + token
 }
 
 // perPart returns counts, a reserve's costs or a settle's used counts, one

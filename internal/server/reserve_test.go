@@ -120,7 +120,7 @@ func TestReserveSettleBadInput(t *testing.T) {
 		{"/v1/reserve", `{"namespace": "chat", "subject": "a", "ttl_ms": 0}`, 400, "ttl_ms must be between 1 and 3600000"},
 		{"/v1/reserve", `{"namespace": "chat", "subject": "a", "ttl_ms": 3600001}`, 400, "ttl_ms must be between"},
 		{"/v1/reserve", `{"namespace": "nope", "subject": "a"}`, 404, "unknown namespace"},
-		{"/v1/reserve", `{"namespace": "chat", "subject": "a", "ttl": 5}`, 400, "the fields are namespace, subject, cost and ttl_ms"},
+		{"/v1/reserve", `{"namespace": "chat", "subject": "a", "ttl": 5}`, 400, "the fields are namespace, subject, cost, ttl_ms and plan"},
 		{"/v1/settle", `{"namespace": "chat", "used": 1}`, 400, "token is required"},
 		{"/v1/settle", `{"namespace": "chat", "token": "` + tok + `"}`, 400, "used is required"},
 		{"/v1/settle", `{"namespace": "chat", "token": "nonsense", "used": 1}`, 400, "not a reservation token"},

@@ -1,14 +1,17 @@
 // Package server is the HTTP decision service of the ratelimit command: the
 // JSON API (POST /v1/acquire, /v1/peek, /v1/reset, /v1/reserve, /v1/settle,
-// GET /v1/config), /healthz (liveness), /readyz (readiness), /metrics, an
+// /v1/assign, /v1/usage, GET /v1/config), /healthz (liveness), /readyz (readiness), /metrics, an
 // operator page (GET /, reading GET /v1/stats; package operator), and a
 // rate-limiting reverse proxy built on package httplimit.
 //
 // Policies are a set of namespaces, each with its limits (package config),
 // swapped atomically by SetPolicies: a check decided during a reload uses
 // either the old set or the new one, and buckets carry over by the library's
-// policy-change rule. The Service is safe for simultaneous use by multiple
-// goroutines and starts no goroutine.
+// policy-change rule. A namespace may offer plans instead (a
+// ratelimit.Plans): each subject is decided under its plan, which POST
+// /v1/assign sets for every process sharing the store. The Service is safe
+// for simultaneous use by multiple goroutines; it starts no goroutine but
+// the watcher of each namespace of plans' assignments, which Close stops.
 package server
 
 import (
@@ -20,6 +23,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -94,34 +98,41 @@ type Options struct {
 	// default checks use the store's clock (Redis's TIME) and headers
 	// time.Now. Tests set it.
 	Clock func() time.Time
+	// PlanRefresh is how often the Plans of each namespace of plans asks
+	// the store for the changes of its assignments (ratelimit.
+	// WithPlanRefresh, 1 ms to 1 s; 0: ratelimit.DefaultPlanRefresh).
+	PlanRefresh time.Duration
 }
 
 // Service answers rate-limit checks over HTTP.
 type Service struct {
-	store      ratelimit.Store
-	name       string
-	kind       string
-	masters    func(ctx context.Context) ([]string, error)
-	envoy      func() []operator.EnvoyDomain
-	access     access.Checker // the tokens and AllowHosts
-	draining   atomic.Bool
-	authLog    rateLimitedLog
-	version    string
-	timeout    time.Duration
-	outage     fallback.Outage
-	degraded   func() bool
-	hasOutage  bool // the store has an outage behaviour (Options.Degraded set)
-	ping       func(context.Context) error
-	metrics    *Metrics
-	stats      *operator.Stats
-	log        *slog.Logger
-	clock      func() time.Time
-	now        func() time.Time
-	policies   atomic.Pointer[policySet]
-	pinned     atomic.Pointer[[]string]
-	errLog     rateLimitedLog
-	decodes    atomic.Uint64 // request bodies decoded (decodeBody)
-	exposition http.Handler  // /metrics
+	store       ratelimit.Store
+	name        string
+	kind        string
+	masters     func(ctx context.Context) ([]string, error)
+	envoy       func() []operator.EnvoyDomain
+	access      access.Checker // the tokens and AllowHosts
+	draining    atomic.Bool
+	authLog     rateLimitedLog
+	version     string
+	timeout     time.Duration
+	outage      fallback.Outage
+	degraded    func() bool
+	hasOutage   bool // the store has an outage behaviour (Options.Degraded set)
+	ping        func(context.Context) error
+	metrics     *Metrics
+	stats       *operator.Stats
+	log         *slog.Logger
+	clock       func() time.Time
+	now         func() time.Time
+	policies    atomic.Pointer[policySet]
+	setMu       sync.Mutex // SetPolicies's swap, and Close
+	closed      bool       // Close was called: guarded by setMu
+	planRefresh time.Duration
+	pinned      atomic.Pointer[[]string]
+	errLog      rateLimitedLog
+	decodes     atomic.Uint64 // request bodies decoded (decodeBody)
+	exposition  http.Handler  // /metrics
 }
 
 // New returns a Service. The error reports a missing store or an invalid
@@ -145,6 +156,8 @@ func New(o Options) (*Service, error) {
 		log:      o.Logger,
 		clock:    o.Clock,
 		now:      o.Clock,
+
+		planRefresh: o.PlanRefresh,
 	}
 	s.SetToken(o.Token)
 	s.SetMetricsToken(o.MetricsToken)
@@ -218,7 +231,7 @@ func (s *Service) check(ctx context.Context, o op, lim *ratelimit.Limiter[string
 }
 
 // Handler returns the service's HTTP API: POST /v1/acquire, /v1/peek,
-// /v1/reset, /v1/reserve and /v1/settle (with Content-Type
+// /v1/reset, /v1/reserve, /v1/settle, /v1/assign and /v1/usage (with Content-Type
 // application/json, else 415), GET /v1/config,
 // GET /v1/stats, /healthz (liveness), /readyz (readiness) and /metrics, and
 // the operator page, GET / with its /page.css and /page.js. /v1/ and
@@ -237,6 +250,8 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("/v1/reset", s.api(opReset))
 	mux.HandleFunc("/v1/reserve", s.reserve)
 	mux.HandleFunc("/v1/settle", s.settle)
+	mux.HandleFunc("/v1/assign", s.assign)
+	mux.HandleFunc("/v1/usage", s.usage)
 	mux.HandleFunc("/v1/stats", s.serveStats)
 	mux.HandleFunc("/healthz", s.healthz)
 	mux.HandleFunc("/readyz", s.readyz)
@@ -259,10 +274,11 @@ func (s *Service) api(o op) http.Handler {
 			s.fail(w, path, code, msg)
 			return
 		}
-		ns, pol, lim, ok := s.lookup(w, path, req.Namespace)
+		t, ok := s.target(w, path, req.Namespace, req.Subject, req.Plan)
 		if !ok {
 			return
 		}
+		ns, pol, lim := t.ns, t.pol, t.lim
 		cost := int64(1)
 		if req.Cost != nil {
 			cost = *req.Cost
@@ -288,6 +304,7 @@ func (s *Service) api(o op) http.Handler {
 			cost = 0
 		}
 		out := NewDecision(ns, req.Subject, cost, d, pol)
+		out.Plan = t.plan
 		s.answer(r.Context(), w, path, lim, req.Subject, &out, d, o == opAcquire)
 	})
 }
@@ -375,26 +392,80 @@ func (s *Service) begin(w http.ResponseWriter, r *http.Request, path string) boo
 	return true
 }
 
+// target is what a request is decided under: its namespace, its plan in
+// a namespace of plans ("" elsewhere, and for a subject with a policy of
+// its own), that plan's policy (the namespace's own outside plans) and
+// its Limiter.
+type target struct {
+	ns    string
+	plans bool // ns is a namespace of plans
+	plan  string
+	pol   config.Policy
+	lim   *ratelimit.Limiter[string]
+}
+
 // lookup finds namespace name ("" for config.DefaultNamespace) among the
-// policies in force, and returns its full name, limits and Limiter, from one
-// snapshot of the set: a reload during the request does not split it. When
-// there is none it answers (400 for a reserved name, 404 for an unknown
-// one) and returns false.
-func (s *Service) lookup(w http.ResponseWriter, path, name string) (string, config.Policy, *ratelimit.Limiter[string], bool) {
+// policies in force, and returns its full name and its entry in one
+// snapshot of the set: a reload during the request does not split it.
+// When there is none it answers (400 for a reserved name, 404 for an
+// unknown one) and returns false.
+func (s *Service) lookup(w http.ResponseWriter, path, name string) (string, *policySet, bool) {
 	if name == "" {
 		name = config.DefaultNamespace
 	}
 	if err := reservedName(name); err != nil {
 		s.fail(w, path, http.StatusBadRequest, err.Error())
-		return name, config.Policy{}, nil, false
+		return name, nil, false
 	}
 	set := s.policies.Load()
-	lim := set.limiters[name]
-	if lim == nil {
+	if !set.has(name) {
 		s.fail(w, path, http.StatusNotFound, fmt.Sprintf("unknown namespace %q (known: %s)", name, knownNames(set)))
-		return name, config.Policy{}, nil, false
+		return name, nil, false
 	}
-	return name, set.limits[name], lim, true
+	return name, set, true
+}
+
+// target returns what subject is decided under in namespace name (see
+// lookup): in a namespace of plans, the plan the request names (plan) when
+// the namespace trusts it (trust_plan), else the subject's assignment as
+// this process last saw it (ratelimit.Plans.For). A plan named where it is
+// not taken, or not on offer, is answered 400, and target returns false.
+func (s *Service) target(w http.ResponseWriter, path, name, subject, plan string) (target, bool) {
+	ns, set, ok := s.lookup(w, path, name)
+	if !ok {
+		return target{}, false
+	}
+	pol := set.limits[ns]
+	plans := set.plans[ns]
+	switch {
+	case plans == nil && plan != "":
+		s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("namespace %q offers no plans: send no plan", ns))
+		return target{}, false
+	case plans == nil:
+		return target{ns: ns, pol: pol, lim: set.limiters[ns]}, true
+	case plan != "" && !pol.TrustPlan:
+		s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("namespace %q does not take a plan from the request (its trust_plan is off): send no plan, and the subject's assignment chooses", ns))
+		return target{}, false
+	case plan != "":
+		return s.planTarget(w, path, ns, set, plan)
+	}
+	plan, lim := plans.For(subject)
+	if plan == "" {
+		return target{ns: ns, plans: true, pol: config.OwnPolicy(lim.Limits(), lim.Quotas()), lim: lim}, true
+	}
+	t, _ := s.planTarget(w, path, ns, set, plan)
+	return t, true
+}
+
+// planTarget returns the target of plan in ns, a namespace of plans of
+// set; a plan not on offer is answered 400, and planTarget returns false.
+func (s *Service) planTarget(w http.ResponseWriter, path, ns string, set *policySet, plan string) (target, bool) {
+	pol, ok := set.limits[ns].Plan(plan)
+	if !ok {
+		s.fail(w, path, http.StatusBadRequest, fmt.Sprintf("unknown plan %q: the plans on offer in namespace %q are %s", plan, ns, set.limits[ns].PlanNames()))
+		return target{}, false
+	}
+	return target{ns: ns, plans: true, plan: plan, pol: pol, lim: set.plans[ns].Plan(plan)}, true
 }
 
 func (s *Service) serveMetrics(w http.ResponseWriter, r *http.Request) {

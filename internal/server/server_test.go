@@ -39,6 +39,7 @@ func newService(t *testing.T, o Options) (*Service, *testkit.Clock, *testkit.Buf
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Close)
 	return s, c, logs
 }
 

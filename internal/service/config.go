@@ -49,6 +49,11 @@ type Config struct {
 	// ConfigFile is the YAML file of namespaces (package config); ""
 	// serves config.Default(). Reload reads it again.
 	ConfigFile string
+	// PlanRefresh is how often each namespace of plans asks the store for
+	// the changes of its assignments (1 ms to 1 s; 0:
+	// ratelimit.DefaultPlanRefresh, 500 ms): another process's
+	// assignment applies here within it and one round trip.
+	PlanRefresh time.Duration
 	// Token is the API's bearer token when TokenFile is not set (the
 	// RATELIMIT_TOKEN variable); "" with no TokenFile: no token.
 	Token string

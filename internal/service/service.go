@@ -146,7 +146,7 @@ func Start(ctx context.Context, c Config) (_ *Service, err error) {
 	o := server.Options{
 		Store: s.store.store, StoreName: s.store.name, Policies: policies, Token: token, MetricsToken: metricsToken,
 		Timeout: c.Timeout, Outage: c.Outage, Metrics: metrics, Logger: log, Version: c.Version,
-		Stats: stats, StoreKind: s.store.kind(), Masters: s.store.masters(),
+		Stats: stats, StoreKind: s.store.kind(), Masters: s.store.masters(), PlanRefresh: c.PlanRefresh,
 	}
 	if s.store.fb != nil {
 		o.Degraded = s.store.degraded
@@ -300,7 +300,8 @@ func (s *Service) Err() <-chan error { return s.errc }
 // health checks NOT_SERVING, the listeners close, and the requests and
 // calls in flight finish, until ctx is done; then the connections left are
 // closed at once. It stops the probe and the watchers and closes the Redis
-// client. The error reports what did not finish in time. Only the first
+// client, and the watchers of the namespaces of plans. The error reports
+// what did not finish in time. Only the first
 // call does anything; later ones return its error.
 func (s *Service) Close(ctx context.Context) error {
 	s.once.Do(func() {
@@ -337,6 +338,9 @@ func (s *Service) release() {
 	if s.bg != nil {
 		s.bg()
 		s.bgDone.Wait()
+	}
+	if s.api != nil {
+		s.api.Close() // the watchers of the assignments, before their store
 	}
 	for _, ln := range s.lns {
 		ln.Close() //nolint:errcheck // closed already when served

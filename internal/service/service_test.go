@@ -61,7 +61,25 @@ func withEnvoy(t *testing.T, rpu int) *Envoy {
 // get returns the status and body of GET url.
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	res, err := http.Get(url)
+	return fetch(t, http.MethodGet, url, "", "")
+}
+
+// fetch sends a request of method to url, with the bearer token and body
+// when they are not empty (a body as JSON), and returns the status and the
+// body of the answer.
+func fetch(t *testing.T, method, url, token, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

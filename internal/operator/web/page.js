@@ -1,6 +1,7 @@
 // The operator page's script: it reads GET /v1/stats every two seconds and
-// draws the figures. Everything it shows comes from there, written with
-// textContent (never as HTML: subjects are whatever clients sent).
+// draws the figures, and looks a subject up with POST /v1/usage when asked.
+// Everything it shows comes from there, written with textContent (never as
+// HTML: subjects are whatever clients sent).
 //
 // When the service has an API token, /v1/stats answers 401 and the page asks
 // for the token; it is kept in sessionStorage (this tab only) and sent as
@@ -174,6 +175,7 @@
     // Keep the cards in the order of the report.
     for (const [card] of cards) box.append(card);
     renderTop(r.top_denied);
+    fillLookup(r);
     // The charts are drawn once every card is in place: a chart measured
     // while it was the only card would be drawn for the whole row and
     // shrunk to its column. chartSized redraws them as the layout changes.
@@ -283,8 +285,11 @@
     if (ns.envoy) {
       const n = ns.envoy.rules;
       set("policy", "Envoy domain " + ns.envoy.domain + ", " + n + (n === 1 ? " rule" : " rules") + ", each with its limit");
+    } else if (p.plans) {
+      set("policy", "Plans " + p.plans.map((pl) => pl.name + " (" + limitWords(pl) + ")").join(", ") +
+        "; default " + p.default_plan + (p.trust_plan ? "; a request may name its plan" : ""));
     } else {
-      set("policy", p.refill_tokens + " per " + p.refill_period + ", burst " + p.capacity);
+      set("policy", limitWords(p));
     }
     set("allowed", num(ns.allowed));
     set("denied", num(ns.denied));
@@ -292,6 +297,67 @@
     set("rate", rate(ns.decisions_per_second));
     set("p50", ns.latency.count ? ms(ns.latency.p50_ms) : "none");
     set("p99", ns.latency.count ? ms(ns.latency.p99_ms) : "none");
+  }
+
+  function limitWords(p) {
+    return p.refill_tokens + " per " + p.refill_period + ", burst " + p.capacity;
+  }
+
+  // fillLookup lists the namespaces a subject can be looked up in (the
+  // Envoy domains' are not the API's), keeping the one chosen.
+  function fillLookup(r) {
+    const sel = $("lookup-ns");
+    const names = r.namespaces.filter((ns) => !ns.envoy).map((ns) => ns.name);
+    if (names.join("\n") === [...sel.options].map((o) => o.value).join("\n")) return;
+    const chosen = sel.value;
+    sel.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
+    if (names.includes(chosen)) sel.value = chosen;
+  }
+
+  const STANDING = { rate_limit: "Rate limit", token_limit: "Token limit", quota: "Quota" };
+
+  // lookup asks POST /v1/usage for the subject of the form, with the
+  // page's token, and shows its plan and standings.
+  async function lookup() {
+    const out = $("lookup-result");
+    const ns = $("lookup-ns").value;
+    const subject = $("lookup-subject").value;
+    const headers = { Accept: "application/json", "Content-Type": "application/json" };
+    const t = token();
+    if (t) headers.Authorization = "Bearer " + t;
+    out.replaceChildren(el("p", {}, "Looking up…"));
+    let res, body;
+    try {
+      res = await fetch("v1/usage", { method: "POST", headers, cache: "no-store", credentials: "omit",
+        body: JSON.stringify({ namespace: ns, subject }) });
+      body = await res.json();
+    } catch (e) {
+      out.replaceChildren(el("p", { id: "lookup-error", class: "error" }, "The service did not answer."));
+      return;
+    }
+    if (res.status === 401) {
+      askToken(t ? "The service refused this token." : "");
+      return;
+    }
+    if (!res.ok) {
+      out.replaceChildren(el("p", { id: "lookup-error", class: "error" }, "Refused (" + res.status + "): " + (body.error || "")));
+      return;
+    }
+    const parts = [];
+    if (body.plan !== undefined) {
+      parts.push(el("p", { class: "plan" }, "Plan: ", el("strong", { id: "lookup-plan" }, body.plan)));
+    } else {
+      parts.push(el("p", { class: "plan" }, ns + " offers no plans: the namespace's own limits apply."));
+    }
+    const rows = (body.limits || []).map((s) => el("tr", {},
+      el("td", {}, STANDING[s.kind] + (s.kind === "quota" ? " (a " + s.period + " in " + s.time_zone + ", of " + s.counts + ")" : "")),
+      el("td", { class: "num" }, num(s.remaining) + " of " + num(s.limit)),
+      el("td", { class: "num" }, s.reset_after_ms ? ms(s.reset_after_ms) : "now")));
+    parts.push(el("div", { class: "scroll" }, el("table", { id: "lookup-table", "aria-label": "Standing of each limit of " + subject },
+      el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Limit"), el("th", { scope: "col", class: "num" }, "Left"),
+        el("th", { scope: "col", class: "num" }, "Full or new window in"))),
+      el("tbody", {}, ...rows))));
+    out.replaceChildren(...parts);
   }
 
   // drawChart draws the allowed and denied rates of each step as two lines.
@@ -386,6 +452,10 @@
         resizing = setTimeout(() => { if (lastReport) render(lastReport); }, 150);
       });
     }
+    $("lookup-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      lookup();
+    });
     $("token-form").addEventListener("submit", (ev) => {
       ev.preventDefault();
       const input = $("token");
