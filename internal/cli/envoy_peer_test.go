@@ -52,6 +52,19 @@ func (e *envoyServe) ask(t *testing.T, ip string) (*rlsv3.RateLimitResponse, err
 	return askEdge(context.Background(), e.conn, ip)
 }
 
+// wantRequestsPerUnit asks for ip and checks the rule in force: want
+// requests a unit, after what (a reload) says the failure.
+func (e *envoyServe) wantRequestsPerUnit(t *testing.T, ip string, want uint32, what string) {
+	t.Helper()
+	r, err := e.ask(t, ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Statuses[0].CurrentLimit.GetRequestsPerUnit(); got != want {
+		t.Errorf("%s: requests_per_unit %d, want %d", what, got, want)
+	}
+}
+
 // writeEnvoyConfig writes envoyTestConfig with rpu requests a minute to path.
 func writeEnvoyConfig(t *testing.T, path string, rpu string) {
 	t.Helper()
@@ -105,13 +118,7 @@ func TestServeEnvoyLikeThePeer(t *testing.T) {
 
 	writeEnvoyConfig(t, path, "3")
 	waitLog(t, e.stderr, e.done, regexp.MustCompile(`msg="envoy config reloaded"`))
-	r, err := e.ask(t, "b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := r.Statuses[0].CurrentLimit.GetRequestsPerUnit(); got != 3 {
-		t.Errorf("after the edit: requests_per_unit %d, want 3", got)
-	}
+	e.wantRequestsPerUnit(t, "b", 3, "after the edit")
 }
 
 // TestServeEnvoyOutageIsUnavailable: with Redis down, ShouldRateLimit is

@@ -198,13 +198,7 @@ func TestServePeerRuntimeWatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitLog(t, e.stderr, e.done, regexp.MustCompile(`msg="envoy config reloaded"`))
-		r, err := e.ask(t, "a")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := r.Statuses[0].CurrentLimit.GetRequestsPerUnit(); got != 3 {
-			t.Errorf("after the swap: requests_per_unit %d, want 3", got)
-		}
+		e.wantRequestsPerUnit(t, "a", 3, "after the swap")
 	})
 	t.Run("RUNTIME_WATCH_ROOT=false: a file written in the directory", func(t *testing.T) {
 		root := peerRuntime(t, "1")
@@ -212,13 +206,7 @@ func TestServePeerRuntimeWatch(t *testing.T) {
 			"--envoy-config-watch", "20ms")
 		writeEnvoyConfig(t, filepath.Join(root, "ratelimit", "config", "edge.yaml"), "4")
 		waitLog(t, e.stderr, e.done, regexp.MustCompile(`msg="envoy config reloaded"`))
-		r, err := e.ask(t, "a")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := r.Statuses[0].CurrentLimit.GetRequestsPerUnit(); got != 4 {
-			t.Errorf("after the edit: requests_per_unit %d, want 4", got)
-		}
+		e.wantRequestsPerUnit(t, "a", 4, "after the edit")
 	})
 }
 
