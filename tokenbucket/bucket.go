@@ -1,9 +1,10 @@
 package tokenbucket
 
 import (
-	"github.com/exactlimit/ratelimit"
 	"sync"
 	"time"
+
+	"github.com/exactlimit/ratelimit"
 )
 
 // Bucket is a token bucket kept in this process, with the same exact

@@ -2,13 +2,14 @@ package tokenbucket
 
 import (
 	"errors"
-	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/arith"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/arith"
 )
 
 func TestBucket(t *testing.T) {

@@ -1,11 +1,12 @@
 package tokenbucket
 
 import (
-	"github.com/exactlimit/ratelimit"
 	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/exactlimit/ratelimit"
 )
 
 func TestStepDailyQuotas(t *testing.T) {

@@ -2,11 +2,12 @@ package tokenbucket
 
 import (
 	"flag"
-	"github.com/exactlimit/ratelimit"
-	"github.com/exactlimit/ratelimit/internal/arith"
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/exactlimit/ratelimit"
+	"github.com/exactlimit/ratelimit/internal/arith"
 )
 
 // op is one check in a step table: at t microseconds, take cost (or peek)

@@ -67,14 +67,11 @@ package config
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/units"
@@ -112,85 +109,6 @@ type Policy struct {
 	// TrustPlan is the namespace's trust_plan: a request may name the
 	// plan it is checked under, rather than the subject's assignment.
 	TrustPlan bool
-}
-
-// Plan is a plan of the file's plans: its name and its limits (a Policy
-// without plans of its own).
-type Plan struct {
-	Name   string
-	Policy Policy
-}
-
-// OwnPolicy returns the Policy of a subject's policy of its own (a
-// ratelimit.Assignment of limits and quotas, which a Go program assigns),
-// as a Limiter of it has them: its first limit as the rate_limit, its
-// second as the token_limit when it has two, and its quotas, each counting
-// requests.
-func OwnPolicy(limits []ratelimit.Limit, quotas []ratelimit.Quota) Policy {
-	var p Policy
-	if len(limits) > 0 {
-		p.Requests = limits[0]
-	}
-	if len(limits) == 2 {
-		p.Tokens = limits[1]
-	}
-	for _, q := range quotas {
-		p.Quotas = append(p.Quotas, Quota{Quota: q})
-	}
-	return p
-}
-
-// HasPlans reports whether p is a namespace of plans.
-func (p Policy) HasPlans() bool { return len(p.Plans) > 0 }
-
-// Plan returns the Policy of the plan named name that p offers; ok is
-// false when p offers none of that name.
-func (p Policy) Plan(name string) (pol Policy, ok bool) {
-	for _, pl := range p.Plans {
-		if pl.Name == name {
-			return pl.Policy, true
-		}
-	}
-	return Policy{}, false
-}
-
-// PlanNames returns the names of the plans p offers, in order, joined by
-// ", ": for errors that name the plans on offer.
-func (p Policy) PlanNames() string {
-	names := make([]string, len(p.Plans))
-	for i, pl := range p.Plans {
-		names[i] = pl.Name
-	}
-	return strings.Join(names, ", ")
-}
-
-// LibraryPlans returns p's plans as ratelimit.NewPlans takes them.
-func (p Policy) LibraryPlans() []ratelimit.Plan {
-	out := make([]ratelimit.Plan, len(p.Plans))
-	for i, pl := range p.Plans {
-		out[i] = ratelimit.Plan{Name: pl.Name, Limits: pl.Policy.Limits(), Quotas: pl.Policy.LimiterQuotas()}
-	}
-	return out
-}
-
-// Quota is a namespace's quota: what it allows, and whether it counts
-// tokens (counts: tokens) rather than requests.
-type Quota struct {
-	ratelimit.Quota
-	Tokens bool
-}
-
-// LimiterQuotas returns p's quotas as a Limiter takes them
-// (ratelimit.WithQuotas), in order.
-func (p Policy) LimiterQuotas() []ratelimit.Quota {
-	if len(p.Quotas) == 0 {
-		return nil
-	}
-	q := make([]ratelimit.Quota, len(p.Quotas))
-	for i, c := range p.Quotas {
-		q[i] = c.Quota
-	}
-	return q
 }
 
 // Options returns the Limiter options of p beyond its limits: its quotas.
@@ -335,19 +253,6 @@ type namespace struct {
 	TrustPlan   bool     `yaml:"trust_plan"`
 }
 
-type plan struct {
-	Name   string `yaml:"name"`
-	limits `yaml:",inline"`
-}
-
-type quota struct {
-	Period    string `yaml:"period"`
-	Allowance int64  `yaml:"allowance"`
-	TimeZone  string `yaml:"time_zone"`
-	Start     string `yaml:"start"`
-	Counts    string `yaml:"counts"`
-}
-
 type rateLimit struct {
 	Unit            string `yaml:"unit"`
 	RequestsPerUnit int64  `yaml:"requests_per_unit"`
@@ -415,39 +320,6 @@ func Parse(data []byte) (Policies, error) {
 	return p, nil
 }
 
-// parsePlans returns the policy of each of the file's plans, by name. A
-// plan's name and policy are checked by ratelimit.NewPlans, the library's
-// one rule; a name given twice is an error.
-func parsePlans(plans []plan) (map[string]Policy, error) {
-	out := make(map[string]Policy, len(plans))
-	for i, pl := range plans {
-		if _, ok := out[pl.Name]; ok {
-			return nil, fmt.Errorf("plans[%d]: plan %q is defined twice", i, pl.Name)
-		}
-		pol, err := pl.policy()
-		if err != nil {
-			return nil, fmt.Errorf("plans[%d] (%q): %w", i, pl.Name, err)
-		}
-		lib := Policy{Plans: []Plan{{Name: pl.Name, Policy: pol}}}
-		if _, err := ratelimit.NewPlans[string](noStore{}, lib.LibraryPlans(), pl.Name); err != nil {
-			return nil, fmt.Errorf("plans[%d].name: %s", i, strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": "))
-		}
-		out[pl.Name] = pol
-	}
-	return out, nil
-}
-
-// noStore is the Store of the Plans that parsePlans checks a plan with: it
-// is never called (NewPlans makes no store call, and starts no watcher on a
-// store that is not a ratelimit.Assigner).
-type noStore struct{}
-
-func (noStore) Apply(context.Context, string, ratelimit.Request) (ratelimit.Decision, error) {
-	return ratelimit.Decision{}, errors.ErrUnsupported
-}
-
-func (noStore) Reset(context.Context, string) error { return errors.ErrUnsupported }
-
 // policy is the namespace's Policy: its limits, or the plans it offers
 // among defined (the file's plans, in order, and their policies by name).
 func (ns namespace) policy(defined []plan, plans map[string]Policy) (Policy, error) {
@@ -491,19 +363,6 @@ func (ns namespace) policy(defined []plan, plans map[string]Policy) (Policy, err
 	return p, nil
 }
 
-// definedNames lists the names of the file's plans, "none" when there are
-// none.
-func definedNames(plans []plan) string {
-	if len(plans) == 0 {
-		return "none: define them under plans:"
-	}
-	names := make([]string, len(plans))
-	for i, pl := range plans {
-		names[i] = pl.Name
-	}
-	return strings.Join(names, ", ")
-}
-
 // policy is the Policy of the limit keys l: a namespace's or a plan's.
 func (l limits) policy() (Policy, error) {
 	rl := l.RateLimit
@@ -535,70 +394,6 @@ func (l limits) policy() (Policy, error) {
 		return Policy{}, fmt.Errorf("quotas: a namespace combines at most 8 limits and quotas (got %d)", limits)
 	}
 	return p, nil
-}
-
-// zones holds each time zone loaded, by name, so that a config loaded again
-// gives its quotas the same *time.Location, and so quotas equal to the
-// ones it replaces (a Quota is compared with ==).
-var zones sync.Map
-
-// zone returns the time zone name, loaded once.
-func zone(name string) (*time.Location, error) {
-	if loc, ok := zones.Load(name); ok {
-		return loc.(*time.Location), nil
-	}
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		return nil, err
-	}
-	actual, _ := zones.LoadOrStore(name, loc)
-	return actual.(*time.Location), nil
-}
-
-// periods are the names of a quota's periods.
-var periods = map[string]ratelimit.Period{"day": ratelimit.Day, "week": ratelimit.Week, "month": ratelimit.Month, "year": ratelimit.Year}
-
-// quota is the quota q describes, in a namespace with a token_limit when
-// tokens. The error starts with the field it is about.
-func (q quota) quota(tokens bool) (Quota, error) {
-	period, ok := periods[q.Period]
-	if !ok {
-		return Quota{}, fmt.Errorf("period %q: want day, week, month or year", q.Period)
-	}
-	if q.Allowance < 1 {
-		return Quota{}, fmt.Errorf("allowance must be at least 1 (got %d)", q.Allowance)
-	}
-	loc := time.UTC
-	if q.TimeZone != "" {
-		var err error
-		if loc, err = zone(q.TimeZone); err != nil || q.TimeZone == "Local" {
-			return Quota{}, fmt.Errorf("time_zone %q: not an IANA time zone (Europe/Paris, America/New_York, UTC)", q.TimeZone)
-		}
-	}
-	c := Quota{Quota: ratelimit.CalendarQuota(q.Allowance, period, loc)}
-	if q.Start != "" {
-		start, err := time.ParseInLocation("2006-01-02T15:04", q.Start, loc)
-		if err != nil {
-			if start, err = time.ParseInLocation("2006-01-02T15:04:05", q.Start, loc); err != nil {
-				return Quota{}, fmt.Errorf("start %q: want a local date and time, 2006-01-02T15:04 or 2006-01-02T15:04:05", q.Start)
-			}
-		}
-		c.Start = start
-	}
-	switch q.Counts {
-	case "", "requests":
-	case "tokens":
-		if !tokens {
-			return Quota{}, errors.New("counts: tokens needs the namespace's token_limit")
-		}
-		c.Tokens = true
-	default:
-		return Quota{}, fmt.Errorf("counts %q: want requests or tokens", q.Counts)
-	}
-	if err := c.Validate(); err != nil {
-		return Quota{}, fmt.Errorf("allowance: %s", strings.TrimPrefix(err.Error(), ratelimit.ErrInvalidArgument.Error()+": "))
-	}
-	return c, nil
 }
 
 // limitOf is the limit of perUnit per unit bursting to burst (default
