@@ -91,6 +91,9 @@ func contenders() []contender {
 		{name: "ours: redisstore", remote: true,
 			note:  "ratelimit.Limiter over redisstore.New and go-redis, as shipped (coalesces concurrent checks into pipelines, one round trip in flight)",
 			build: newOursRedis},
+		{name: "ours: redisstore, and a monthly quota", remote: true,
+			note:  "the same with a quota of a calendar month beside the limit (ratelimit.WithQuotas), which the run never exhausts",
+			build: newOursRedisQuota},
 		{name: "ours: redisstore WithoutCoalescing", remote: true,
 			note:  "the same with redisstore.WithoutCoalescing(): one EVALSHA round trip per check",
 			build: newOursRedisSingle},
@@ -184,6 +187,17 @@ func newOursLocal(s ratelimit.Store, e env) (Checker, error) {
 func newOursRedis(e env) (Checker, error) {
 	c := redis.NewClient(goRedisOptions(e))
 	lim, err := ratelimit.New[string](redisstore.New(c), ourLimit(e))
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &ours{lim: lim, close: func() { c.Close() }}, nil
+}
+
+func newOursRedisQuota(e env) (Checker, error) {
+	c := redis.NewClient(goRedisOptions(e))
+	lim, err := ratelimit.New[string](redisstore.New(c), ourLimit(e), ratelimit.WithNamespace("rlq"),
+		ratelimit.WithQuotas(ratelimit.CalendarQuota(1<<50, ratelimit.Month, nil)))
 	if err != nil {
 		c.Close()
 		return nil, err
