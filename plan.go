@@ -36,13 +36,13 @@ func (a Assignment) isZero() bool {
 	return a.Plan == "" && len(a.Limits) == 0 && len(a.Quotas) == 0
 }
 
-// DefaultPlanRefresh is how often a Plans asks the store for the changes of
+// defaultPlanRefresh is how often a Plans asks the store for the changes of
 // its assignments, without WithPlanRefresh.
-const DefaultPlanRefresh = 500 * time.Millisecond
+const defaultPlanRefresh = 500 * time.Millisecond
 
 // WithPlanRefresh sets how often NewPlans's watcher asks the store for the
 // changes of the assignments: every d, from 1 ms to 1 s (default
-// DefaultPlanRefresh). A process applies another's change within d plus
+// 500 ms). A process applies another's change within d plus
 // one round trip. Only NewPlans reads it.
 func WithPlanRefresh(d time.Duration) Option {
 	return func(o *options) {
@@ -135,7 +135,7 @@ func NewPlans[K ~string](store Store, plans []Plan, defaultPlan string, opts ...
 	if store == nil {
 		return nil, invalid("store must not be nil")
 	}
-	o := options{namespace: defaultNamespace, planRefresh: DefaultPlanRefresh}
+	o := options{namespace: defaultNamespace, planRefresh: defaultPlanRefresh}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -139,15 +139,7 @@ func (s *Store) prune(keep *policy) {
 // shrinkPolicies copies the index into a smaller map once it holds less
 // than a quarter of its most: a Go map never gives back its memory by itself.
 // s.polMu must be held.
-func (s *Store) shrinkPolicies() {
-	if s.polPeak >= 64 && len(s.policies) < s.polPeak/4 {
-		s.policies = maps(s.policies)
-		if s.policies == nil {
-			s.policies = make(map[policyKey]*policy)
-		}
-		s.polPeak = len(s.policies)
-	}
-}
+func (s *Store) shrinkPolicies() { s.policies, s.polPeak = shrunk(s.policies, s.polPeak) }
 
 // ref counts one more bucket of sh written by p and returns p's index in
 // sh.pols.

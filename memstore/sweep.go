@@ -74,15 +74,7 @@ func (s *Store) tidy(sh *shard, sp *space) {
 
 // shrink copies the shard's map of spaces into a smaller one once it holds
 // less than a quarter of its most.
-func (sh *shard) shrink() {
-	if sh.peak >= 64 && len(sh.spaces) < sh.peak/4 {
-		sh.spaces = maps(sh.spaces)
-		if sh.spaces == nil {
-			sh.spaces = make(map[string]*space)
-		}
-		sh.peak = len(sh.spaces)
-	}
-}
+func (sh *shard) shrink() { sh.spaces, sh.peak = shrunk(sh.spaces, sh.peak) }
 
 // Len returns the number of buckets held: those not yet swept out.
 func (s *Store) Len() int {

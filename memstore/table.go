@@ -139,6 +139,20 @@ func (t *table[K]) compact() bool {
 	return true
 }
 
+// shrunk returns m and peak, the most entries m has held, as they are; or,
+// once m holds less than a quarter of a peak of at least 64, a copy of m sized
+// for its contents (never nil) and its size as the new peak: a Go map never
+// gives back its memory by itself.
+func shrunk[K comparable, V any](m map[K]V, peak int) (map[K]V, int) {
+	if peak < 64 || len(m) >= peak/4 {
+		return m, peak
+	}
+	if c := maps(m); c != nil {
+		return c, len(c)
+	}
+	return make(map[K]V), 0
+}
+
 // maps returns a copy of m sized for its contents, nil when it is empty.
 func maps[K comparable, V any](m map[K]V) map[K]V {
 	if len(m) == 0 {

@@ -100,7 +100,7 @@ type Options struct {
 	Clock func() time.Time
 	// PlanRefresh is how often the Plans of each namespace of plans asks
 	// the store for the changes of its assignments (ratelimit.
-	// WithPlanRefresh, 1 ms to 1 s; 0: ratelimit.DefaultPlanRefresh).
+	// WithPlanRefresh, 1 ms to 1 s; 0: the library's 500 ms).
 	PlanRefresh time.Duration
 }
 

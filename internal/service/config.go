@@ -51,7 +51,7 @@ type Config struct {
 	ConfigFile string
 	// PlanRefresh is how often each namespace of plans asks the store for
 	// the changes of its assignments (1 ms to 1 s; 0:
-	// ratelimit.DefaultPlanRefresh, 500 ms): another process's
+	// the library's default, 500 ms): another process's
 	// assignment applies here within it and one round trip.
 	PlanRefresh time.Duration
 	// Token is the API's bearer token when TokenFile is not set (the
