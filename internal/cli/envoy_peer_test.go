@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/rlstest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
@@ -49,7 +50,7 @@ func startServeEnvoy(t *testing.T, vars map[string]string, args ...string) *envo
 
 func (e *envoyServe) ask(t *testing.T, ip string) (*rlsv3.RateLimitResponse, error) {
 	t.Helper()
-	return askEdge(context.Background(), e.conn, ip)
+	return rlstest.AskEdge(context.Background(), e.conn, ip)
 }
 
 // wantRequestsPerUnit asks for ip and checks the rule in force: want

@@ -7,11 +7,10 @@ import (
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/exactlimit/ratelimit/internal/rlstest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
@@ -45,10 +44,10 @@ func serveMutualTLS(t *testing.T, p testkit.PKI, vars map[string]string, args ..
 	grpcAddr := s.svc.Addrs().GRPC.String()
 	actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer acancel()
-	if resp, err := askEdge(actx, dial(t, grpcAddr, credentials.NewTLS(p.ClientTLS(t, true))), "10.0.0.6"); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+	if resp, err := rlstest.AskEdge(actx, rlstest.Dial(t, grpcAddr, credentials.NewTLS(p.ClientTLS(t, true))), "10.0.0.6"); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Errorf("mutual TLS client: %v %v", resp, err)
 	}
-	if _, err := askEdge(actx, dial(t, grpcAddr, credentials.NewTLS(p.ClientTLS(t, false))), "10.0.0.6"); err == nil {
+	if _, err := rlstest.AskEdge(actx, rlstest.Dial(t, grpcAddr, credentials.NewTLS(p.ClientTLS(t, false))), "10.0.0.6"); err == nil {
 		t.Error("a client without a certificate was served")
 	}
 	s.stop()
@@ -57,23 +56,6 @@ func serveMutualTLS(t *testing.T, p testkit.PKI, vars map[string]string, args ..
 	}
 	s.done <- 0
 	return s.stderr.String()
-}
-
-func dial(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
-
-// askEdge sends one ShouldRateLimit of domain edge.
-func askEdge(ctx context.Context, conn *grpc.ClientConn, ip string) (*rlsv3.RateLimitResponse, error) {
-	return rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{
-		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip}}},
-	}})
 }
 
 // TestGRPCTLSFromThePeersSettings: envoyproxy/ratelimit's GRPC_SERVER_USE_TLS,

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/exactlimit/ratelimit/internal/rlstest"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -15,8 +16,8 @@ import (
 func TestDebugListener(t *testing.T) {
 	s, _ := start(t, Config{Debug: "127.0.0.1:0", Envoy: withEnvoy(t, 7)})
 	debug := "http://" + s.Addrs().Debug.String()
-	conn := dial(t, s.Addrs().GRPC.String(), insecure.NewCredentials())
-	if _, err := askEdge(context.Background(), conn, "10.0.0.1"); err != nil {
+	conn := rlstest.Dial(t, s.Addrs().GRPC.String(), insecure.NewCredentials())
+	if _, err := rlstest.AskEdge(context.Background(), conn, "10.0.0.1"); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ path, want string }{

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/exactlimit/ratelimit"
 	"github.com/exactlimit/ratelimit/internal/envoyrls"
+	"github.com/exactlimit/ratelimit/internal/rlstest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 	"github.com/exactlimit/ratelimit/memstore"
 )
@@ -60,23 +60,6 @@ func startGRPC(t *testing.T, c grpcServerConfig, store ratelimit.Store, storeTim
 	return grpcTestServer{addr: ln.Addr().String(), logs: logs}
 }
 
-func dial(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
-
-// askEdge sends one ShouldRateLimit of domain edge.
-func askEdge(ctx context.Context, conn *grpc.ClientConn, ip string) (*rlsv3.RateLimitResponse, error) {
-	return rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{
-		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: ip}}},
-	}})
-}
-
 func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
@@ -89,8 +72,8 @@ func testContext(t *testing.T) context.Context {
 func TestGRPCIdleConnectionClosed(t *testing.T) {
 	ctx := testContext(t)
 	s := startGRPC(t, grpcServerConfig{idle: 300 * time.Millisecond, callTimeout: time.Second}, nil, 0, 1)
-	idle := dial(t, s.addr, insecure.NewCredentials())
-	if _, err := askEdge(ctx, idle, "10.0.0.1"); err != nil {
+	idle := rlstest.Dial(t, s.addr, insecure.NewCredentials())
+	if _, err := rlstest.AskEdge(ctx, idle, "10.0.0.1"); err != nil {
 		t.Fatal(err)
 	}
 	// The server closes it: the client's connection leaves READY.
@@ -101,10 +84,10 @@ func TestGRPCIdleConnectionClosed(t *testing.T) {
 	}
 	// The one place of --max-connections 1 is free: another client is
 	// served.
-	other := dial(t, s.addr, insecure.NewCredentials())
+	other := rlstest.Dial(t, s.addr, insecure.NewCredentials())
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := askEdge(cctx, other, "10.0.0.2"); err != nil {
+	if _, err := rlstest.AskEdge(cctx, other, "10.0.0.2"); err != nil {
 		t.Fatalf("a second client after the first went idle: %v", err)
 	}
 }
@@ -115,7 +98,7 @@ func TestGRPCIdleConnectionClosed(t *testing.T) {
 func TestGRPCMetadataBound(t *testing.T) {
 	ctx := testContext(t)
 	s := startGRPC(t, grpcServerConfig{callTimeout: time.Second}, nil, 0, 0)
-	conn := dial(t, s.addr, insecure.NewCredentials())
+	conn := rlstest.Dial(t, s.addr, insecure.NewCredentials())
 	for _, tc := range []struct {
 		name string
 		size int
@@ -128,7 +111,7 @@ func TestGRPCMetadataBound(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mctx := metadata.AppendToOutgoingContext(ctx, "x-padding", strings.Repeat("p", tc.size))
-			_, err := askEdge(mctx, conn, "10.0.0.3")
+			_, err := rlstest.AskEdge(mctx, conn, "10.0.0.3")
 			if (err == nil) != tc.ok {
 				t.Fatalf("%d bytes of metadata: err %v, want ok %v", tc.size, err, tc.ok)
 			}
@@ -142,7 +125,7 @@ func TestGRPCMetadataBound(t *testing.T) {
 func TestGRPCStalledCallEnds(t *testing.T) {
 	ctx := testContext(t)
 	s := startGRPC(t, grpcServerConfig{readTimeout: 200 * time.Millisecond, callTimeout: 100 * time.Millisecond}, nil, 0, 0)
-	conn := dial(t, s.addr, insecure.NewCredentials())
+	conn := rlstest.Dial(t, s.addr, insecure.NewCredentials())
 	stream, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
 		"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
 	if err != nil {
@@ -176,8 +159,8 @@ func TestGRPCCallDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s := startGRPC(t, grpcServerConfig{callTimeout: 150 * time.Millisecond}, blockingStore{}, time.Hour, 0)
-	conn := dial(t, s.addr, insecure.NewCredentials())
-	resp, err := askEdge(ctx, conn, "10.0.0.4")
+	conn := rlstest.Dial(t, s.addr, insecure.NewCredentials())
+	resp, err := rlstest.AskEdge(ctx, conn, "10.0.0.4")
 	if ctx.Err() != nil {
 		t.Fatalf("the call ran until the client's own deadline (10 s): %v", err)
 	}
@@ -211,7 +194,7 @@ func TestGRPCTLS(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startGRPC(t, grpcServerConfig{tls: tc.tls, callTimeout: time.Second}, nil, 0, 0)
-			resp, err := askEdge(short(t), dial(t, s.addr, tc.client(t)), "10.0.0.5")
+			resp, err := rlstest.AskEdge(short(t), rlstest.Dial(t, s.addr, tc.client(t)), "10.0.0.5")
 			if tc.ok && (err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK) {
 				t.Fatalf("refused: %v %v", resp, err)
 			}

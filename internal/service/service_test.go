@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/exactlimit/ratelimit/internal/operator"
+	"github.com/exactlimit/ratelimit/internal/rlstest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 )
 
@@ -126,10 +127,10 @@ func TestStartReportsItsAddresses(t *testing.T) {
 // under the namespace envoy:edge, once each.
 func TestEnvoyDecisionsAreObserved(t *testing.T) {
 	s, _ := start(t, Config{Envoy: withEnvoy(t, 2)})
-	conn := dial(t, s.Addrs().GRPC.String(), insecure.NewCredentials())
+	conn := rlstest.Dial(t, s.Addrs().GRPC.String(), insecure.NewCredentials())
 	ctx := testContext(t)
 	for range 3 {
-		if _, err := askEdge(ctx, conn, "10.0.0.1"); err != nil {
+		if _, err := rlstest.AskEdge(ctx, conn, "10.0.0.1"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -204,7 +205,7 @@ func TestReloadReadsEveryFile(t *testing.T) {
 	if res.StatusCode != http.StatusOK {
 		t.Errorf("the reloaded token: %d, want 200", res.StatusCode)
 	}
-	resp, err := askEdge(testContext(t), dial(t, s.Addrs().GRPC.String(), insecure.NewCredentials()), "10.0.0.9")
+	resp, err := rlstest.AskEdge(testContext(t), rlstest.Dial(t, s.Addrs().GRPC.String(), insecure.NewCredentials()), "10.0.0.9")
 	if err != nil || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 7 {
 		t.Errorf("after Reload, Envoy's limit: %v %v, want 7 a minute", resp, err)
 	}
@@ -240,9 +241,9 @@ func TestWatchReloadsTheEnvoyConfig(t *testing.T) {
 	envoy.Watch = 10 * time.Millisecond
 	s, _ := start(t, Config{Envoy: envoy})
 	testkit.WriteFile(t, envoy.ConfigPath, edgeConfig(9))
-	conn := dial(t, s.Addrs().GRPC.String(), insecure.NewCredentials())
+	conn := rlstest.Dial(t, s.Addrs().GRPC.String(), insecure.NewCredentials())
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		resp, err := askEdge(testContext(t), conn, "10.0.0.7")
+		resp, err := rlstest.AskEdge(testContext(t), conn, "10.0.0.7")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/exactlimit/ratelimit/fallback"
 	"github.com/exactlimit/ratelimit/internal/redistest"
+	"github.com/exactlimit/ratelimit/internal/rlstest"
 	"github.com/exactlimit/ratelimit/redisstore"
 )
 
@@ -29,9 +30,9 @@ func TestOneBreakerForBothAPIs(t *testing.T) {
 	if s.envoy.fb != nil || s.envoy.svc == nil {
 		t.Fatal("the Envoy service has a breaker of its own with the same outage behaviour")
 	}
-	conn := dial(t, s.Addrs().GRPC.String(), insecure.NewCredentials())
+	conn := rlstest.Dial(t, s.Addrs().GRPC.String(), insecure.NewCredentials())
 	ctx := testContext(t)
-	if _, err := askEdge(ctx, conn, "10.0.0.1"); err != nil {
+	if _, err := rlstest.AskEdge(ctx, conn, "10.0.0.1"); err != nil {
 		t.Fatalf("with Redis up: %v", err)
 	}
 
@@ -44,7 +45,7 @@ func TestOneBreakerForBothAPIs(t *testing.T) {
 	if res.StatusCode != http.StatusServiceUnavailable || s.store.fb.IsAlive() {
 		t.Fatalf("the API with Redis down: %d, breaker alive %v; want 503 and the breaker open", res.StatusCode, s.store.fb.IsAlive())
 	}
-	_, err = askEdge(ctx, conn, "10.0.0.2")
+	_, err = rlstest.AskEdge(ctx, conn, "10.0.0.2")
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("Envoy after the API found Redis down: %v, want UNAVAILABLE", err)
 	}
@@ -67,8 +68,8 @@ func TestEnvoyOutageOfItsOwn(t *testing.T) {
 		t.Fatal("the Envoy service does not have its own outage behaviour over the API's Redis store")
 	}
 	srv.Kill()
-	conn := dial(t, s.Addrs().GRPC.String(), insecure.NewCredentials())
-	resp, err := askEdge(testContext(t), conn, "10.0.0.3")
+	conn := rlstest.Dial(t, s.Addrs().GRPC.String(), insecure.NewCredentials())
+	resp, err := rlstest.AskEdge(testContext(t), conn, "10.0.0.3")
 	if err != nil || resp.OverallCode.String() != "OK" {
 		t.Fatalf("fail-open with Redis down: %v %v", resp, err)
 	}
