@@ -3,7 +3,6 @@ package main_test
 import (
 	"context"
 	"path/filepath"
-	"regexp"
 	"testing"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -14,8 +13,6 @@ import (
 	"github.com/exactlimit/ratelimit/internal/redistest"
 	"github.com/exactlimit/ratelimit/internal/testkit"
 )
-
-var grpcRE = regexp.MustCompile(` grpc=(\S+)`)
 
 // envoyConfig writes a config in envoyproxy/ratelimit's format: 10 a minute
 // per client address, 100 a minute per user.
@@ -33,14 +30,13 @@ descriptors:
 	return path
 }
 
-// rlsClient dials the gRPC address a serve process logged.
+// rlsClient dials the gRPC address of a serve process.
 func rlsClient(t *testing.T, p *proc) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	m := grpcRE.FindStringSubmatch(p.Log())
-	if m == nil {
-		t.Fatalf("no grpc= in the log:\n%s", p.Log())
+	if p.grpc == "" {
+		t.Fatalf("serve has no gRPC listener:\n%s", p.Log())
 	}
-	conn, err := grpc.NewClient(m[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,14 +3,15 @@ package main_test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -50,32 +51,32 @@ func TestMain(m *testing.M) {
 
 // proc is a running 'ratelimit serve'.
 type proc struct {
-	cmd   *exec.Cmd
-	addr  string // the API's address
-	admin string // with --upstream
-	mu    sync.Mutex
-	log   strings.Builder
-	lines chan string
-	done  chan error
+	cmd      *exec.Cmd
+	addr     string // the API's address
+	admin    string // with --upstream
+	grpc     string // with --grpc-listen
+	addrFile string
+	mu       sync.Mutex
+	log      strings.Builder
+	done     chan error
 }
 
 func (p *proc) Log() string { p.mu.Lock(); defer p.mu.Unlock(); return p.log.String() }
 
-var addrRE = regexp.MustCompile(` addr=(\S+)`)
-var adminRE = regexp.MustCompile(` admin=(\S+)`)
-
-// serve starts the binary's serve on a free port and waits for its
-// "serving" log line. The process is killed at cleanup if still running.
+// serve starts the binary's serve on a free port with --addr-file and
+// waits for the file, which holds the listeners' addresses. The process is
+// killed at cleanup if still running.
 func serve(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	args = append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)
+	addrFile := filepath.Join(t.TempDir(), "addrs.json")
+	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--addr-file", addrFile}, args...)
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, lines: make(chan string, 1000), done: make(chan error, 1)}
+	p := &proc{cmd: cmd, addrFile: addrFile, done: make(chan error, 1)}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -89,29 +90,26 @@ func serve(t *testing.T, env []string, args ...string) *proc {
 			p.mu.Lock()
 			p.log.WriteString(sc.Text() + "\n")
 			p.mu.Unlock()
-			select {
-			case p.lines <- sc.Text():
-			default:
-			}
 		}
 		p.done <- cmd.Wait()
 	}()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case line := <-p.lines:
-			if strings.Contains(line, "msg=serving") {
-				p.addr = addrRE.FindStringSubmatch(line)[1]
-				if m := adminRE.FindStringSubmatch(line); m != nil {
-					p.admin = m[1]
-				}
-				return p
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(addrFile); err == nil {
+			var addrs struct{ HTTP, Admin, GRPC string }
+			if err := json.Unmarshal(b, &addrs); err != nil || addrs.HTTP == "" {
+				t.Fatalf("--addr-file holds %q (%v)", b, err)
 			}
+			p.addr, p.admin, p.grpc = addrs.HTTP, addrs.Admin, addrs.GRPC
+			return p
+		}
+		select {
 		case err := <-p.done:
 			p.done <- err
-			t.Fatalf("serve exited before serving (%v):\n%s", err, p.Log())
-		case <-deadline:
-			t.Fatalf("serve did not log \"serving\" within 10 s:\n%s", p.Log())
+			t.Fatalf("serve exited before listening (%v):\n%s", err, p.Log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not write --addr-file within 10 s:\n%s", p.Log())
 		}
 	}
 }
@@ -128,7 +126,8 @@ func (p *proc) waitLog(t *testing.T, s string) {
 	}
 }
 
-// stop sends SIGTERM and checks that the process exits 0 within 10 s.
+// stop sends SIGTERM and checks that the process exits 0 within 10 s,
+// having removed its --addr-file.
 func (p *proc) stop(t *testing.T) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -139,6 +138,9 @@ func (p *proc) stop(t *testing.T) {
 		p.done <- err
 		if err != nil {
 			t.Fatalf("serve exited with %v after SIGTERM:\n%s", err, p.Log())
+		}
+		if _, err := os.Stat(p.addrFile); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("--addr-file %s after shutdown: %v", p.addrFile, err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("serve did not exit within 10 s of SIGTERM:\n%s", p.Log())

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
@@ -74,7 +76,7 @@ type serveFlags struct {
 	logFormat, logLevel                                                                 string
 	ipv6Bits, maxConns                                                                  int
 	readTimeout, watch                                                                  time.Duration
-	debugListen                                                                         string
+	debugListen, addrFile                                                               string
 }
 
 func runServe(ctx context.Context, env Env, args []string) error {
@@ -82,6 +84,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	fs := newFlagSet(env, "serve", "[flags]", serveAbout)
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "listen on `ADDR` (host:port; port 0 picks a free one)")
 	fs.StringVar(&f.debugListen, "debug-listen", "", "serve the debug endpoints (/rlconfig, /stats, /debug/pprof/) on `ADDR`, without a token, as envoyproxy/ratelimit's DEBUG_HOST:DEBUG_PORT (default: none)")
+	fs.StringVar(&f.addrFile, "addr-file", "", "once every listener listens, write their addresses to `FILE` as JSON (for a supervisor or script that starts serve on port 0); removed at shutdown")
 	fs.StringVar(&f.config, "config", "", "YAML `FILE` of namespaces and their limits, reloaded on SIGHUP")
 	fs.DurationVar(&f.watch, "config-watch", 0, "with --config, --token-file or --metrics-token-file, how often to look for changes; a change is loaded once it holds still that long (0: only on SIGHUP)")
 	f.redis.register(fs)
@@ -211,13 +214,14 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if c.Envoy != nil && c.Redis == nil {
 		log.Warn("the Envoy service keeps its buckets in this process: replicas do not share them, so N replicas admit N times a limit; set REDIS_URL (with REDIS_SOCKET_TYPE) or --redis to share them")
 	}
-	return serve(ctx, env, c, f.shutdown)
+	return serve(ctx, env, c, f.shutdown, f.addrFile)
 }
 
 // serve starts the service of c and waits for SIGINT or SIGTERM (or ctx's
 // end), reloading it on SIGHUP; then it shuts it down, giving the requests
-// in flight grace to finish.
-func serve(ctx context.Context, env Env, c service.Config, grace time.Duration) error {
+// in flight grace to finish. With addrFile, it writes the service's
+// addresses there once it listens and removes the file at the end.
+func serve(ctx context.Context, env Env, c service.Config, grace time.Duration, addrFile string) error {
 	log := c.Logger
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -234,6 +238,13 @@ func serve(ctx context.Context, env Env, c service.Config, grace time.Duration) 
 	}
 	if env.ServeStarted != nil {
 		env.ServeStarted(svc)
+	}
+	if addrFile != "" {
+		if err := writeAddrFile(addrFile, svc.Addrs()); err != nil {
+			svc.Close(context.Background()) //nolint:errcheck // the file's error is the one to report
+			return err
+		}
+		defer os.Remove(addrFile)
 	}
 	var failed error
 wait:
@@ -260,6 +271,33 @@ wait:
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	log.Info("stopped")
+	return nil
+}
+
+// writeAddrFile writes the addresses of a to path as one JSON object, such
+// as {"http":"127.0.0.1:8080","grpc":"127.0.0.1:8081"}, with the keys
+// http, admin, grpc, debug and prometheus of the listeners the service
+// has. It writes a file beside path and renames it into place, so a reader
+// that finds path reads all of it.
+func writeAddrFile(path string, a service.Addrs) error {
+	m := map[string]string{}
+	for k, addr := range map[string]net.Addr{"http": a.HTTP, "admin": a.Admin, "grpc": a.GRPC, "debug": a.Debug, "prometheus": a.Prometheus} {
+		if addr != nil {
+			m[k] = addr.String()
+		}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--addr-file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("--addr-file: %w", err)
+	}
 	return nil
 }
 
