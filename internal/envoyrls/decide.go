@@ -133,6 +133,16 @@ func (s *Service) decide(ctx context.Context, buckets []*bucket) error {
 		case b.cost == 0:
 			b.peeked = true
 			b.d, err = b.lim.Peek(ctx, b.subject)
+		case s.observer != nil:
+			// The observer's event names the key: it is built once,
+			// here, and the store is given it whole. (Through
+			// TryAcquireN, package fallback's wrapper of a Redis store
+			// would join the key's parts, and observe would build the
+			// key again.)
+			var r ratelimit.Request
+			if b.key, r, err = b.lim.Request(b.subject, b.cost); err == nil {
+				b.d, err = s.store.Apply(ctx, b.key, r)
+			}
 		default:
 			b.d, err = b.lim.TryAcquireN(ctx, b.subject, b.cost)
 		}
