@@ -22,6 +22,9 @@ type check struct {
 	current  *rlsv3.RateLimitResponse_RateLimit // the rule's, or a descriptor's own limit
 	refund   bool                               // is_negative_hits: hits go back (see refund)
 	bucket   *bucket
+	// own is the storage of bucket when this check is the first of the
+	// request on its key (see buckets).
+	own bucket
 	// seen is the balance of the bucket this check was counted against,
 	// after the checks before it in the request took their hits; fits
 	// says whether its hits were there (see settle).
@@ -56,10 +59,10 @@ func (b *bucket) limitsOf() []ratelimit.Limit {
 	return b.limits
 }
 
-// buckets gathers the checks that need a bucket, one per key: descriptors
-// that resolve to the same bucket add their hits.
-func (s *Service) buckets(checks []check) []*bucket {
-	var out []*bucket
+// buckets appends to out the checks' buckets, one per key: descriptors
+// that resolve to the same bucket add their hits. A check's bucket is kept
+// in the first check on its key (check.own).
+func (s *Service) buckets(checks []check, out []*bucket) []*bucket {
 	for i := range checks {
 		c := &checks[i]
 		r := c.rule
@@ -85,7 +88,8 @@ func (s *Service) buckets(checks []check) []*bucket {
 			}
 		}
 		if b == nil {
-			b = &bucket{key: key, lim: c.lim, subject: c.subject, limit: r.limit, shadow: r.ShadowMode}
+			b = &c.own
+			*b = bucket{key: key, lim: c.lim, subject: c.subject, limit: r.limit, shadow: r.ShadowMode}
 			out = append(out, b)
 		}
 		c.bucket = b
@@ -129,6 +133,16 @@ func (s *Service) decide(ctx context.Context, buckets []*bucket) error {
 		case b.cost == 0:
 			b.peeked = true
 			b.d, err = b.lim.Peek(ctx, b.subject)
+		case s.observer != nil:
+			// The observer's event names the key: it is built once,
+			// here, and the store is given it whole. (Through
+			// TryAcquireN, package fallback's wrapper of a Redis store
+			// would join the key's parts, and observe would build the
+			// key again.)
+			var r ratelimit.Request
+			if b.key, r, err = b.lim.Request(b.subject, b.cost); err == nil {
+				b.d, err = s.store.Apply(ctx, b.key, r)
+			}
 		default:
 			b.d, err = b.lim.TryAcquireN(ctx, b.subject, b.cost)
 		}
@@ -296,13 +310,13 @@ func (s *Service) refund(ctx context.Context, checks []check) error {
 	return nil
 }
 
-// observe tells the Observer about each bucket of a request of domain that
-// decide decided (err nil) or could not decide, in latency.
-func (s *Service) observe(ctx context.Context, domain string, buckets []*bucket, latency time.Duration, err error) {
+// observe tells the Observer about each bucket of a request, whose events
+// are in namespace ns (ObservedNamespace of its domain), that decide decided
+// (err nil) or could not decide, in latency.
+func (s *Service) observe(ctx context.Context, ns string, buckets []*bucket, latency time.Duration, err error) {
 	if s.observer == nil {
 		return
 	}
-	ns := ObservedNamespace(domain)
 	for _, b := range buckets {
 		if b.lim == nil {
 			continue // requests_per_unit 0: no bucket

@@ -168,6 +168,15 @@ type Service struct {
 type state struct {
 	cfg   *Config
 	rules map[*Rule]ruleState
+	// domains holds the root of each domain of cfg, with the namespace of
+	// its events (ObservedNamespace), made once rather than per request.
+	domains map[string]domainState
+}
+
+// domainState is a domain's part of a state.
+type domainState struct {
+	root     *node
+	observed string // ObservedNamespace of the domain
 }
 
 // ruleState is a rule's part of a state: the Limiter of its bucket (nil for
@@ -209,7 +218,10 @@ func New(o Options) (*Service, error) {
 // rate was rounded down (Rule.Rounded) is logged, and the rules with
 // quota_mode (Rule.QuotaMode) are named in a warning.
 func (s *Service) SetConfig(cfg *Config) error {
-	st := &state{cfg: cfg, rules: map[*Rule]ruleState{}}
+	st := &state{cfg: cfg, rules: map[*Rule]ruleState{}, domains: make(map[string]domainState, len(cfg.domains))}
+	for d, root := range cfg.domains {
+		st.domains[d] = domainState{root: root, observed: ObservedNamespace(d)}
+	}
 	var opts []ratelimit.Option
 	if s.clock != nil {
 		opts = append(opts, ratelimit.WithClock(s.clock))
@@ -306,7 +318,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	st := s.state.Load()
-	root := st.cfg.domains[req.Domain]
+	dom := st.domains[req.Domain]
+	root := dom.root
 	resp, statuses, resets := newResponse(len(req.Descriptors))
 	if root == nil {
 		if s.dynamic {
@@ -315,7 +328,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		s.metrics.request("unknown_domain")
 		return resp, nil
 	}
-	checks := make([]check, len(req.Descriptors))
+	checks := make([]check, len(req.Descriptors)) // with their buckets (see buckets)
 	var replacing map[string]bool
 	refunds := false
 	for i, d := range req.Descriptors {
@@ -355,7 +368,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 
-	buckets := s.buckets(checks)
+	var first [1]*bucket // the usual request's one bucket, on the stack
+	buckets := s.buckets(checks, first[:0])
 	if len(buckets) > 0 || refunds {
 		// One bound on the request's store calls, decide's and refund's
 		// together (none when the call's own deadline comes first).
@@ -365,7 +379,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	start := time.Now()
 	err := s.decide(ctx, buckets)
-	s.observe(ctx, req.Domain, buckets, time.Since(start), err)
+	s.observe(ctx, dom.observed, buckets, time.Since(start), err)
 	if err != nil {
 		s.metrics.request("error")
 		switch {
