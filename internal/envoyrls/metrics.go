@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"math"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -61,8 +62,10 @@ type Metrics struct {
 	series                           sync.Map   // key -> *ruleCounters
 	nseries, nbytes                  int
 	reqOK, reqOver                   prometheus.Counter
-	peer                             PeerStats    // nil: no peer statistics (see SetPeerStats)
-	peerSvc                          *peerService // nil without peer
+	peer                             PeerStats        // nil: no peer statistics (see SetPeerStats)
+	peerSvc                          *peerService     // nil without peer
+	respTime                         PeerTimer        // the peer's response_time, nil: none (see SetPeerTimer)
+	now                              func() time.Time // respTime's clock
 }
 
 type ruleCounters struct {
