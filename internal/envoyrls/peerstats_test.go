@@ -214,3 +214,49 @@ func TestPeerResponseTimeTimesEveryCall(t *testing.T) {
 type summedTimer struct{ total atomic.Int64 }
 
 func (s *summedTimer) AddDuration(d time.Duration) { s.total.Add(int64(d)) }
+
+// TestNearLimitRatioAsThePeers: NEAR_LIMIT_RATIO's threshold is the peer's,
+// computed in float32 (0.57 of 100 is 57, not float64's 56), a ratio of 1
+// is honoured (no hit within the limit is near it), and the threshold is
+// never above the capacity.
+func TestNearLimitRatioAsThePeers(t *testing.T) {
+	for _, tc := range []struct {
+		capacity int64
+		ratio    float64
+		want     int64
+	}{
+		{100, 0.57, 57}, {10, 0.8, 8}, {10, 1, 10}, {3, 0.5, 1}, {1<<25 + 3, 1, 1<<25 + 3},
+	} {
+		if got := nearThreshold(tc.capacity, tc.ratio); got != tc.want {
+			t.Errorf("nearThreshold(%d, %v) = %d, want %d", tc.capacity, tc.ratio, got, tc.want)
+		}
+	}
+	cfg, err := ParseConfig("near.yaml", []byte("domain: near\ndescriptors:\n  - key: n\n    rate_limit: {unit: hour, requests_per_unit: 100}\n  - key: t\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ratio float64
+		key   string
+		hits  []uint32
+		want  float64
+	}{
+		{0.57, "n", []uint32{57, 40, 5}, 43}, // 40 past 57, then 3 of the 5 (2 over)
+		{1, "t", []uint32{9, 1, 1}, 0},
+		{0, "t", []uint32{9, 1}, 2}, // the default, 0.8
+	} {
+		m := NewMetrics(tc.ratio)
+		svc, err := New(Options{Store: memstore.New(), Config: cfg, Metrics: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range tc.hits {
+			if _, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "near", HitsAddend: h, Descriptors: []*rlv3.RateLimitDescriptor{entry(tc.key, "1")}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := testutil.ToFloat64(m.near.WithLabelValues("near", "near."+tc.key)); got != tc.want {
+			t.Errorf("ratio %v, hits %v on %s: near_limit %v, want %v", tc.ratio, tc.hits, tc.key, got, tc.want)
+		}
+	}
+}
