@@ -7,6 +7,8 @@ package envoyrls
 // answer the same requests on the same configuration files; every answer is
 // compared and each case classed as equal, legitimately different (a
 // difference docs/envoy.md explains, named by the case) or incompatible.
+// Here this service runs in the test's process; in compat_env_test.go's
+// cases both run as processes started from one environment.
 //
 //	ENVOY_RATELIMIT_PEER=/path/to/ratelimit go test -tags envoycompat -run TestCompat -v ./internal/envoyrls/
 
