@@ -71,7 +71,7 @@ var peerSettings = []struct {
 	{"PROMETHEUS_ADDR", honoured, ""},
 	{"PROMETHEUS_PATH", honoured, ""},
 	{"PROMETHEUS_MAPPER_YAML", ignored, ""},
-	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", ignored, ""},
+	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", honoured, ""},
 	{"RUNTIME_ROOT", honoured, ""},
 	{"RUNTIME_SUBDIRECTORY", honoured, ""},
 	{"RUNTIME_APPDIRECTORY", honoured, ""},

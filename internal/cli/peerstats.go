@@ -11,11 +11,12 @@ import (
 
 // readPeerStats reads the peer's statistics settings through getenv:
 // DISABLE_STATS, USE_STATSD with STATSD_HOST, STATSD_PORT (and gostats'
-// own STATSD_PROTOCOL, tcp or udp), USE_PROMETHEUS with PROMETHEUS_ADDR and
-// PROMETHEUS_PATH, STATS_FLUSH_INTERVAL and EXTRA_TAGS. USE_STATSD is true
-// by default, as the peer's, only when serve runs as the peer's container
-// (container: readPeerListen's envoy); otherwise the statistics are sent
-// only when asked for. It returns nil when none are to be sent. What the
+// own STATSD_PROTOCOL, tcp or udp), USE_PROMETHEUS with PROMETHEUS_ADDR,
+// PROMETHEUS_PATH and PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS (which the
+// peer reads with Prometheus only), STATS_FLUSH_INTERVAL and EXTRA_TAGS.
+// USE_STATSD is true by default, as the peer's, only when serve runs as the
+// peer's container (container: readPeerListen's envoy); otherwise the
+// statistics are sent only when asked for. It returns nil when none are to be sent. What the
 // peer refuses (more than one sink), and what this service cannot do
 // (USE_DOG_STATSD, PROMETHEUS_MAPPER_YAML, EXTRA_TAGS with Prometheus), is
 // a usage error naming the setting. checkPeerSettings has refused a
@@ -91,6 +92,7 @@ func readPeerStats(getenv func(string) string, container bool) (*service.PeerSta
 		return nil, usagef("PROMETHEUS_MAPPER_YAML is not supported: the peer's default mapping is the one served (see docs/envoy.md)")
 	}
 	p.Prometheus, p.PrometheusPath = get("PROMETHEUS_ADDR"), get("PROMETHEUS_PATH")
+	p.ResponseTimeAsMilliseconds = boolean("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)
 	if p.Prometheus == "" {
 		p.Prometheus = ":9090"
 	}

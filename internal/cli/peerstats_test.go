@@ -44,7 +44,9 @@ func askThrice(t *testing.T, e *envoyServe) {
 // TestServeSendsThePeersStatsOverStatsd: with USE_STATSD=true, the peer's
 // statistics reach a statsd server (a UDP socket of the test's) under the
 // peer's names, its rule's key rewritten as the peer rewrites it; three
-// calls on a rule of 2 are 3 hits, 2 within the limit, 1 over it, 1 near it.
+// calls on a rule of 2 are 3 hits, 2 within the limit, 1 over it, 1 near it,
+// and three lines of the timer response_time, each a whole number of
+// milliseconds (|ms), as the peer's.
 func TestServeSendsThePeersStatsOverStatsd(t *testing.T) {
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -61,6 +63,7 @@ func TestServeSendsThePeersStatsOverStatsd(t *testing.T) {
 		rule + "total_hits": 3, rule + "within_limit": 2, rule + "over_limit": 1, rule + "near_limit": 1,
 		"ratelimit.service.config_load_success":           1,
 		"ratelimit_server.ShouldRateLimit.total_requests": 3,
+		"ratelimit_server.ShouldRateLimit.response_time":  3, // lines, not milliseconds
 	}
 	got := map[string]uint64{}
 	var lines []string
@@ -87,11 +90,18 @@ func TestServeSendsThePeersStatsOverStatsd(t *testing.T) {
 			lines = append(lines, line)
 			name, rest, _ := strings.Cut(line, ":")
 			value, kind, _ := strings.Cut(rest, "|")
-			if kind != "c" {
+			v, err := strconv.ParseUint(value, 10, 64)
+			switch {
+			case name == "ratelimit_server.ShouldRateLimit.response_time":
+				if kind != "ms" || err != nil {
+					t.Errorf("statsd line %q: want a timer of whole milliseconds (|ms)", line)
+				}
+				got[name]++
+			case kind != "c":
 				t.Errorf("statsd line %q: want a counter (|c)", line)
+			default:
+				got[name] += v
 			}
-			v, _ := strconv.ParseUint(value, 10, 64)
-			got[name] += v
 		}
 	}
 	for name := range got {
@@ -103,25 +113,44 @@ func TestServeSendsThePeersStatsOverStatsd(t *testing.T) {
 
 // TestServeServesThePeersPrometheusNames: with USE_PROMETHEUS=true (and
 // USE_STATSD=false, as the peer requires), PROMETHEUS_ADDR serves the names
-// and labels of the peer's mapping, scraped over HTTP.
+// and labels of the peer's mapping, scraped over HTTP, the histogram of
+// response_time among them, in seconds (its help says so).
 func TestServeServesThePeersPrometheusNames(t *testing.T) {
 	e := servePeerEnv(t, loopback(map[string]string{"RUNTIME_ROOT": peerRuntimeOf(t, detailedEdge), "RUNTIME_SUBDIRECTORY": "ratelimit",
 		"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:0", "PROMETHEUS_PATH": "/peer-metrics", "STATS_FLUSH_INTERVAL": "20ms"}))
-	if e.prometheus == "" {
-		t.Fatal("no Prometheus listener on PROMETHEUS_ADDR")
-	}
 	askThrice(t, e)
-	want := []string{
+	scrapeUntil(t, "http://"+e.prometheus+"/peer-metrics",
 		`ratelimit_service_rate_limit_total_hits{domain="edge",key1="remote_address_10_0_0_1",key2=""} 3`,
 		`ratelimit_service_rate_limit_within_limit{domain="edge",key1="remote_address_10_0_0_1",key2=""} 2`,
 		`ratelimit_service_rate_limit_over_limit{domain="edge",key1="remote_address_10_0_0_1",key2=""} 1`,
 		`ratelimit_service_rate_limit_near_limit{domain="edge",key1="remote_address_10_0_0_1",key2=""} 1`,
 		`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 3`,
 		"ratelimit_service_config_load_success 1",
-	}
+		"# TYPE ratelimit_service_response_time_seconds histogram",
+		`ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="+Inf"} 3`,
+		`ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} 3`,
+		"# HELP ratelimit_service_response_time_seconds The duration of ShouldRateLimit calls, by gRPC method, in seconds (envoyproxy/ratelimit's response_time, timed in whole milliseconds).")
+}
+
+// TestServePrometheusResponseTimeAsMilliseconds: with the peer's
+// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=true the histogram keeps its name
+// and observes milliseconds, as its help says.
+func TestServePrometheusResponseTimeAsMilliseconds(t *testing.T) {
+	e := servePeerEnv(t, loopback(map[string]string{"RUNTIME_ROOT": peerRuntimeOf(t, detailedEdge), "RUNTIME_SUBDIRECTORY": "ratelimit",
+		"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:0", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "true"}))
+	askThrice(t, e)
+	scrapeUntil(t, "http://"+e.prometheus+"/metrics",
+		`ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} 3`,
+		"# HELP ratelimit_service_response_time_seconds The duration of ShouldRateLimit calls, by gRPC method, in milliseconds despite the name (PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS, as envoyproxy/ratelimit's).")
+}
+
+// scrapeUntil scrapes url until its body holds every line of want (a line
+// of its own), failing the test after 5 s.
+func scrapeUntil(t *testing.T, url string, want ...string) {
+	t.Helper()
 	var body string
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		res, err := http.Get("http://" + e.prometheus + "/peer-metrics")
+		res, err := http.Get(url)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,12 +7,15 @@ package envoyrls
 // answer the same requests on the same configuration files; every answer is
 // compared and each case classed as equal, legitimately different (a
 // difference docs/envoy.md explains, named by the case) or incompatible.
+// Here this service runs in the test's process; in compat_env_test.go's
+// cases both run as processes started from one environment.
 //
 //	ENVOY_RATELIMIT_PEER=/path/to/ratelimit go test -tags envoycompat -run TestCompat -v ./internal/envoyrls/
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -199,6 +202,51 @@ func compatCases() []compatCase {
 	return cs
 }
 
+// compatRow is a case's result: its differences, their kinds (see compare),
+// and its class.
+type compatRow struct {
+	name, class, legit string
+	diffs              []string
+	kinds              map[string]bool
+}
+
+// add records the differences of one comparison, each prefixed by where.
+func (r *compatRow) add(where string, diffs []string, kinds map[string]bool) {
+	for _, x := range diffs {
+		r.diffs = append(r.diffs, where+x)
+	}
+	for k := range kinds {
+		r.kinds[k] = true
+	}
+}
+
+// classify sets the class: equal without differences; legitimately
+// different when every difference is of a kind always legitimate (reset,
+// extra-header), named by those kinds, or when the case names the
+// difference of docs/envoy.md it shows; else incompatible.
+func (r compatRow) classify() compatRow {
+	switch {
+	case len(r.diffs) == 0:
+		r.class = "equal"
+	case !r.kinds["answer"]:
+		r.class, r.legit = "legit", strings.Join(slices.Sorted(maps.Keys(r.kinds)), "+")
+	case r.legit != "":
+		r.class = "legit"
+	default:
+		r.class = "incompatible"
+	}
+	return r
+}
+
+// clearOfMinuteEnd waits for the next minute when the second of the
+// minute is past after: the peer counts in fixed windows, and its minute
+// and second windows would roll over mid-case.
+func clearOfMinuteEnd(after int) {
+	if s := time.Now().Second(); s > after {
+		time.Sleep(time.Duration(61-s) * time.Second)
+	}
+}
+
 // answer is one side's answer to a request.
 type answer struct {
 	resp *rlsv3.RateLimitResponse
@@ -357,17 +405,10 @@ func TestCompat(t *testing.T) {
 	if bin == "" {
 		t.Fatal("ENVOY_RATELIMIT_PEER must name envoyproxy/ratelimit's binary (the envoycompat tag runs this test)")
 	}
+	ours := buildOurs(t)
 	cases := compatCases()
-	// The peer counts in fixed windows: stay clear of the end of a minute,
-	// where its minute and second windows would roll over mid-case.
-	if s := time.Now().Second(); s > 45 {
-		time.Sleep(time.Duration(61-s) * time.Second)
-	}
-	type row struct {
-		name, class, legit string
-		diffs              []string
-	}
-	var rows []row
+	clearOfMinuteEnd(45)
+	var rows []compatRow
 	groups := make([]string, 0, len(compatGroups))
 	for g := range compatGroups {
 		groups = append(groups, g)
@@ -390,48 +431,33 @@ func TestCompat(t *testing.T) {
 			continue
 		}
 		peer := startPeer(t, bin, root, compatGroups[g])
-		ours := startOurs(t, dir, compatGroups[g])
+		in := startOurs(t, dir, compatGroups[g])
 		for _, c := range mine {
-			r := row{name: c.name, legit: c.legit}
-			kinds := map[string]bool{}
+			r := compatRow{name: c.name, legit: c.legit, kinds: map[string]bool{}}
 			for i, rq := range c.reqs {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				var p, o answer
 				p.resp, p.err = peer.ShouldRateLimit(ctx, rq)
-				o.resp, o.err = ours.ShouldRateLimit(ctx, rq)
+				o.resp, o.err = in.ShouldRateLimit(ctx, rq)
 				cancel()
 				ds, ks := compare(p, o)
-				for _, x := range ds {
-					r.diffs = append(r.diffs, fmt.Sprintf("request %d: %s", i+1, x))
-				}
-				for k := range ks {
-					kinds[k] = true
-				}
+				r.add(fmt.Sprintf("request %d: ", i+1), ds, ks)
 			}
-			switch {
-			case len(r.diffs) == 0:
-				r.class = "equal"
-			case !kinds["answer"]:
-				r.class, r.legit = "legit", strings.Join(slices.Sorted(func(yield func(string) bool) {
-					for k := range kinds {
-						if !yield(k) {
-							return
-						}
-					}
-				}), "+")
-			case c.legit != "":
-				r.class = "legit"
-			default:
-				r.class = "incompatible"
-			}
-			rows = append(rows, r)
+			rows = append(rows, r.classify())
 		}
 	}
-	counts := map[string]int{}
+	envFrom := len(rows)
+	for _, c := range envCases(t) {
+		t.Run(c.name, func(t *testing.T) { rows = append(rows, runEnvCase(t, bin, ours, c).classify()) })
+	}
+	counts, envCounts := map[string]int{}, map[string]int{}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n%-70s %-13s %s\n", "case", "class", "why")
-	for _, r := range rows {
+	for i, r := range rows {
 		counts[r.class]++
+		if i >= envFrom {
+			envCounts[r.class]++
+		}
 		fmt.Fprintf(&b, "%-70.70s %-13s %s\n", r.name, r.class, r.legit)
 		if r.class != "equal" && testing.Verbose() {
 			for _, x := range r.diffs {
@@ -447,6 +473,8 @@ func TestCompat(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "\ncases compared %d, equal %d, legitimately different %d (%d only in the reset), incompatible %d\n",
 		len(rows), counts["equal"], counts["legit"], resetOnly, counts["incompatible"])
+	fmt.Fprintf(&b, "of which started as processes from one environment %d: equal %d, legitimately different %d, incompatible %d\n",
+		len(rows)-envFrom, envCounts["equal"], envCounts["legit"], envCounts["incompatible"])
 	t.Log(b.String())
 	if counts["incompatible"] > 0 {
 		t.Errorf("%d incompatible cases", counts["incompatible"])

@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"math"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -61,8 +62,10 @@ type Metrics struct {
 	series                           sync.Map   // key -> *ruleCounters
 	nseries, nbytes                  int
 	reqOK, reqOver                   prometheus.Counter
-	peer                             PeerStats    // nil: no peer statistics (see SetPeerStats)
-	peerSvc                          *peerService // nil without peer
+	peer                             PeerStats        // nil: no peer statistics (see SetPeerStats)
+	peerSvc                          *peerService     // nil without peer
+	respTime                         PeerTimer        // the peer's response_time, nil: none (see SetPeerTimer)
+	now                              func() time.Time // respTime's clock
 }
 
 type ruleCounters struct {
@@ -71,9 +74,9 @@ type ruleCounters struct {
 }
 
 // NewMetrics returns the metrics, at zero, with near-limit ratio ratio
-// (DefaultNearLimitRatio when ratio is not between 0 and 1).
+// (DefaultNearLimitRatio when ratio is not above 0 and at most 1).
 func NewMetrics(ratio float64) *Metrics {
-	if !(ratio > 0 && ratio < 1) {
+	if !(ratio > 0 && ratio <= 1) {
 		ratio = DefaultNearLimitRatio
 	}
 	vec := func(name, help string, labels ...string) *prometheus.CounterVec {
@@ -204,7 +207,7 @@ func (m *Metrics) observe(c *check) {
 	}
 	var over, near, within uint64
 	capacity := b.limit.Capacity // 0 for rpu 0
-	threshold := int64(math.Floor(float64(capacity) * m.ratio))
+	threshold := nearThreshold(capacity, m.ratio)
 	usedBefore := capacity - c.seen
 	if !c.fits {
 		over = hits - min(hits, uint64(c.seen))
@@ -218,6 +221,14 @@ func (m *Metrics) observe(c *check) {
 		}
 	}
 	rc.count(hits, over, near, within, b.shadow)
+}
+
+// nearThreshold is the tokens used past which hits are near the limit, as
+// the peer computes it: in float32, so that a ratio such as 0.57 of 100 is
+// 57, where float64 would make it 56. It is never above capacity (float32
+// rounds a capacity above 2^24 to its nearest, which may be above).
+func nearThreshold(capacity int64, ratio float64) int64 {
+	return min(capacity, int64(math.Floor(float64(float32(capacity)*float32(ratio)))))
 }
 
 // count adds one descriptor's counts to the rule's series, and to the

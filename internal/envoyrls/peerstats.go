@@ -3,12 +3,19 @@ package envoyrls
 import (
 	"regexp"
 	"strings"
+	"time"
 )
 
 // PeerCounter is one of the peer's statistics: a counter that is told the
 // hits to add (a github.com/lyft/gostats Counter is one).
 type PeerCounter interface {
 	Add(delta uint64)
+}
+
+// PeerTimer is one of the peer's timers: it is told each duration it
+// measured (a github.com/lyft/gostats Timer is one).
+type PeerTimer interface {
+	AddDuration(d time.Duration)
 }
 
 // PeerStats returns the counter of one of the peer's statistics by its
@@ -26,6 +33,8 @@ const (
 	PeerRedisError        = "ratelimit.service.call.should_rate_limit.redis_error"
 	PeerServiceError      = "ratelimit.service.call.should_rate_limit.service_error"
 	PeerTotalRequests     = "ratelimit_server.ShouldRateLimit.total_requests"
+	// PeerResponseTime is a timer, not a counter: see SetPeerTimer.
+	PeerResponseTime = "ratelimit_server.ShouldRateLimit.response_time"
 )
 
 // peerRulePrefix begins a rule's statistics: the peer's
@@ -59,6 +68,40 @@ func (m *Metrics) SetPeerStats(p PeerStats) {
 	m.peerSvc = &peerService{
 		loadOK: p(PeerConfigLoadSuccess), loadError: p(PeerConfigLoadError), globalShadow: p(PeerGlobalShadowMode),
 		redisError: p(PeerRedisError), serviceError: p(PeerServiceError), requests: p(PeerTotalRequests),
+	}
+}
+
+// SetPeerTimer makes m time every ShouldRateLimit call in t, the peer's
+// response_time: each call total_requests counts (gRPC and /json, refused
+// and failed ones too, as the peer's interceptor times every call it
+// counts), from its start to its answer, read on now (time.Now when nil)
+// once at each end. The peer's timer is in whole milliseconds: a milli
+// timer of gostats makes the same values of the durations.
+// Call it before m counts anything; nil times none and reads no clock.
+func (m *Metrics) SetPeerTimer(t PeerTimer, now func() time.Time) {
+	if m == nil || t == nil {
+		return
+	}
+	if now == nil {
+		now = time.Now
+	}
+	m.respTime, m.now = t, now
+}
+
+// callStarted returns the start of a ShouldRateLimit call, for callEnded;
+// the zero time, without reading the clock, when no timer is set.
+func (m *Metrics) callStarted() time.Time {
+	if m == nil || m.respTime == nil {
+		return time.Time{}
+	}
+	return m.now()
+}
+
+// callEnded tells the peer's response_time the duration of a call that
+// started at start.
+func (m *Metrics) callEnded(start time.Time) {
+	if m != nil && m.respTime != nil {
+		m.respTime.AddDuration(m.now().Sub(start))
 	}
 }
 

@@ -313,6 +313,7 @@ const workersPerCPU = 32
 // second OVER_LIMIT. A malformed request is INVALID_ARGUMENT; a store that
 // cannot decide (with the outage behaviour return-error) is UNAVAILABLE.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	defer s.metrics.callEnded(s.metrics.callStarted())
 	if err := validate(req); err != nil {
 		s.metrics.request("invalid")
 		return nil, status.Error(codes.InvalidArgument, err.Error())

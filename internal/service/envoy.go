@@ -56,6 +56,7 @@ func startEnvoy(c *Config, st *store, metrics *server.Metrics, obs ratelimit.Obs
 			return nil, err
 		}
 		em.SetPeerStats(peer.counter(ec.Stats.Tags))
+		em.SetPeerTimer(peer.timer(ec.Stats.Tags), nil)
 	}
 	fb, rs, err := st.envoyStore(ec.Outage, c.Timeout, log.With("service", "envoy"))
 	if err != nil {

@@ -23,10 +23,11 @@ import (
 // PeerStats are envoyproxy/ratelimit's statistics of the Envoy service,
 // under its names, as its USE_STATSD and USE_PROMETHEUS settings send
 // them: counters kept by github.com/lyft/gostats (the peer's own library)
-// and flushed every FlushInterval, to a statsd server, or to a Prometheus
-// listener of their own under the names and labels of the peer's
-// statsd_exporter mapping. They count the same observation of each
-// descriptor as the service's own series (envoyrls.Metrics.SetPeerStats).
+// and flushed every FlushInterval, and the timer of each ShouldRateLimit
+// call, sent as it is told, to a statsd server, or to a Prometheus listener
+// of their own under the names and labels of the peer's statsd_exporter
+// mapping. They count the same observation of each descriptor as the
+// service's own series (envoyrls.Metrics.SetPeerStats and SetPeerTimer).
 type PeerStats struct {
 	// Statsd is the statsd server's host:port ("" none); StatsdProtocol is
 	// "tcp" (the default, as the peer's) or "udp".
@@ -34,6 +35,11 @@ type PeerStats struct {
 	// Prometheus is the address of the Prometheus listener ("" none), and
 	// PrometheusPath its path (default /metrics).
 	Prometheus, PrometheusPath string
+	// ResponseTimeAsMilliseconds is the peer's
+	// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS: the Prometheus histogram of
+	// response_time, ratelimit_service_response_time_seconds, observes
+	// milliseconds instead of seconds (its name unchanged, as the peer's).
+	ResponseTimeAsMilliseconds bool
 	// FlushInterval is how often the counters are sent (default 10s, the
 	// peer's).
 	FlushInterval time.Duration
@@ -79,7 +85,7 @@ func startPeerStats(p *PeerStats, log *slog.Logger) (*peerStats, error) {
 	case p.Prometheus != "":
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		sink = newPromSink(reg)
+		sink = newPromSink(reg, p.ResponseTimeAsMilliseconds)
 		path := p.PrometheusPath
 		if path == "" {
 			path = "/metrics"
@@ -105,6 +111,13 @@ func (ps *peerStats) counter(tags map[string]string) envoyrls.PeerStats {
 		scope, rest, _ := strings.Cut(name, ".")
 		return ps.store.ScopeWithTags(scope, tags).NewCounter(rest)
 	}
+}
+
+// timer is the peer's response_time over the store, in milliseconds as the
+// peer's (a gostats milli timer), its scope carrying the tags.
+func (ps *peerStats) timer(tags map[string]string) envoyrls.PeerTimer {
+	scope, rest, _ := strings.Cut(envoyrls.PeerResponseTime, ".")
+	return ps.store.ScopeWithTags(scope, tags).NewMilliTimer(rest)
 }
 
 // run flushes every interval, and serves the Prometheus listener, until
@@ -180,6 +193,9 @@ func (l statsdLogger) Warnf(msg string, args ...any) {
 //	ratelimit.service.call.should_rate_limit.E   ratelimit_service_should_rate_limit_error{err_type="E"}
 //	ratelimit_server.<method>.total_requests     ratelimit_service_total_requests{grpc_method="<method>"}
 //	ratelimit.service.config_load_success        ratelimit_service_config_load_success (and _error)
+//	ratelimit_server.<method>.response_time      ratelimit_service_response_time_seconds{grpc_method="<method>"}
+//	    a histogram of the milliseconds timed, scaled to seconds (unless asMillis);
+//	    prometheus.DefBuckets, and the native buckets of statsd_exporter's defaults
 //
 // and any other name as statsd_exporter does without a mapping: every
 // character other than a letter, digit or '_' as '_'.
@@ -188,6 +204,9 @@ type promSink struct {
 	rule     map[string]*prometheus.CounterVec
 	errs     *prometheus.CounterVec
 	requests *prometheus.CounterVec
+	respTime *prometheus.HistogramVec
+	scale    float64             // of a response_time value: 0.001 (to seconds), or 1
+	srlTime  prometheus.Observer // respTime of ShouldRateLimit, the one method timed
 	mu       sync.Mutex
 	other    map[string]prometheus.Counter // nil value: its name could not be registered
 }
@@ -195,8 +214,11 @@ type promSink struct {
 // peerRuleStats are the statistics of a rule the peer's mapping names.
 var peerRuleStats = []string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"}
 
-func newPromSink(reg *prometheus.Registry) *promSink {
-	s := &promSink{reg: reg, rule: map[string]*prometheus.CounterVec{}, other: map[string]prometheus.Counter{}}
+// newPromSink registers the peer's series in reg; asMillis is the peer's
+// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS, which drops the mapping's scale
+// of response_time (0.001) and leaves its name.
+func newPromSink(reg *prometheus.Registry, asMillis bool) *promSink {
+	s := &promSink{reg: reg, rule: map[string]*prometheus.CounterVec{}, other: map[string]prometheus.Counter{}, scale: 0.001}
 	for _, stat := range peerRuleStats {
 		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + stat,
 			Help: "envoyproxy/ratelimit's " + stat + " of a rule, by domain and the first two levels of its key."}, []string{"domain", "key1", "key2"})
@@ -207,7 +229,18 @@ func newPromSink(reg *prometheus.Registry) *promSink {
 		Help: "ShouldRateLimit calls that failed, by the peer's err_type (redis_error: the store; service_error: the request)."}, []string{"err_type"})
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_total_requests",
 		Help: "Calls, by gRPC method."}, []string{"grpc_method"})
-	reg.MustRegister(s.errs, s.requests)
+	help := "The duration of ShouldRateLimit calls, by gRPC method, in seconds (envoyproxy/ratelimit's response_time, timed in whole milliseconds)."
+	if asMillis {
+		s.scale = 1
+		help = "The duration of ShouldRateLimit calls, by gRPC method, in milliseconds despite the name (PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS, as envoyproxy/ratelimit's)."
+	}
+	// The buckets of statsd_exporter's defaults, which the peer's mapping
+	// keeps: prometheus.DefBuckets, and native buckets of factor 1.1, at
+	// most 256.
+	s.respTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ratelimit_service_response_time_seconds", Help: help,
+		Buckets: prometheus.DefBuckets, NativeHistogramBucketFactor: 1.1, NativeHistogramMaxBucketNumber: 256}, []string{"grpc_method"})
+	s.srlTime = s.respTime.WithLabelValues("ShouldRateLimit")
+	reg.MustRegister(s.errs, s.requests, s.respTime)
 	return s
 }
 
@@ -252,7 +285,23 @@ func (s *promSink) FlushCounter(name string, value uint64) {
 	}
 }
 
-// FlushGauge and FlushTimer receive nothing: the service sends the peer's
-// counters only.
-func (s *promSink) FlushGauge(string, uint64)  {}
-func (s *promSink) FlushTimer(string, float64) {}
+// FlushTimer observes value, milliseconds, in name's histogram: of the
+// peer's names only response_time is a timer. It is called for every timed
+// call and allocates nothing for ShouldRateLimit's.
+func (s *promSink) FlushTimer(name string, value float64) {
+	m, ok := strings.CutPrefix(name, "ratelimit_server.")
+	if !ok {
+		return
+	}
+	method, ok := strings.CutSuffix(m, ".response_time")
+	switch {
+	case !ok || strings.Contains(method, "."):
+	case method == "ShouldRateLimit":
+		s.srlTime.Observe(value * s.scale)
+	default:
+		s.respTime.WithLabelValues(method).Observe(value * s.scale)
+	}
+}
+
+// FlushGauge receives nothing: the service sends none of the peer's gauges.
+func (s *promSink) FlushGauge(string, uint64) {}
