@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -253,6 +254,68 @@ func TestServeRefusesABadPeerListenSetting(t *testing.T) {
 			code := Main(context.Background(), []string{"serve"}, env)
 			if code == 0 || !strings.Contains(stderr.String(), tc.want) {
 				t.Errorf("got exit %d and %q, want an error and %q", code, stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+// TestServeThePeersShippedConfigs: serve started with the peer's
+// environment alone loads the peer's own example and integration-test
+// configs from RUNTIME_ROOT, lists every rule on the debug listener's
+// /rlconfig as the peer does, warns of the rules with quota_mode, and
+// decides the integration config's rule of 1 a minute.
+func TestServeThePeersShippedConfigs(t *testing.T) {
+	for _, tc := range []struct {
+		dir   string
+		rules int
+		warn  string
+	}{
+		{"examples", 19, `msg="envoy rules with quota_mode: true are decided as ordinary rules`},
+		{"integration", 11, ""},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			root := t.TempDir()
+			src := filepath.Join("..", "envoyrls", "testdata", "peer", tc.dir)
+			files, err := filepath.Glob(filepath.Join(src, "*.yaml"))
+			if err != nil || len(files) == 0 {
+				t.Fatalf("the peer's configs in %s: %v %v", src, files, err)
+			}
+			for _, f := range files {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				testkit.WriteFile(t, filepath.Join(root, "ratelimit", "config", filepath.Base(f)), string(b))
+			}
+			e := servePeerEnv(t, loopback(map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false"}))
+			res, err := http.Get("http://" + e.debug + "/rlconfig")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if n := strings.Count(string(body), "\n"); res.StatusCode != http.StatusOK || n != tc.rules {
+				t.Errorf("GET /rlconfig: %d, %d rules, want %d:\n%s", res.StatusCode, n, tc.rules, body)
+			}
+			if tc.warn != "" && !strings.Contains(e.stderr.String(), tc.warn) {
+				t.Errorf("the log lacks %s:\n%s", tc.warn, e.stderr.String())
+			}
+			if tc.dir != "integration" {
+				return
+			}
+			var codes []string
+			for range 2 {
+				r, err := rlsv3.NewRateLimitServiceClient(e.conn).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+					Domain:      "basic",
+					Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "one_per_minute"}}}},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				codes = append(codes, r.OverallCode.String())
+			}
+			if got := strings.Join(codes, " "); got != "OK OVER_LIMIT" {
+				t.Errorf("two calls on basic's rule of 1 a minute: %s, want OK OVER_LIMIT", got)
 			}
 		})
 	}
