@@ -157,8 +157,8 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
 
   -- The stored bucket (DecodeState's rules): each band is its limit's c, r and p, and its level,
   -- refilled at the rate of the limit that wrote it.
-  local ok, raw = pcall(redis.call, 'GET', key)
-  if not ok then return nil, CORRUPT .. 'not a string' end
+  local raw = redis.pcall('GET', key)
+  if raw and type(raw) ~= 'string' then return nil, CORRUPT .. 'not a string' end
   local t0, back, converted, exists = now, 0, false, false
   local bands, m = nil, 0
   local qat, sq = 0, 0 -- where the stored quota bands start, and how many there are
@@ -486,7 +486,7 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
       ms = ms + 1
     end
     if ms < 1 then ms = 1 end
-    redis.call('SET', key, value, 'PX', ms)
+    redis.call('SET', key, value, 'PX', string.format('%d', ms))
   end
   local flags = 16 * (bound - 1)
   if allowed then flags = flags + 1 end
