@@ -221,12 +221,16 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
 
   -- levels[i]: limit i's level. (Made empty: for the one or two limits of most policies growing it
   -- costs less than making it at its full size, 8, by 1,100 instructions for one.)
-  local levels = {}
-  if not exists then
+  local levels
+  if not exists and n == 1 then
+    levels = {limits[1].c * limits[1].p} -- (made at its size: 480 instructions fewer than grown)
+  elseif not exists then
+    levels = {}
     for i = 1, n do
       levels[i] = limits[i].c * limits[i].p
     end
   else
+    levels = {}
     -- First each limit takes the band it wrote, then each limit left takes the next band left:
     -- a changed limit carries over the band it replaces, at no more than its own capacity and
     -- no deeper in debt than its own floor. A limit with no band left takes the bucket's fewest
@@ -717,7 +721,8 @@ local function main(KEYS, ARGV)
         local arg, pol = ARGV[1 + 2 * j], ARGV[2 + 2 * j]
         local limits = memo[pol]
         if limits == nil then limits = policy(pol) end
-        local cost, costs = tonumber(arg), nil
+        local cost, costs = 1, nil
+        if arg ~= '1' then cost = tonumber(arg) end -- (the usual cost compared, not converted: 1,450 instructions fewer)
         local parts = limits and limits.parts or 0
         if reply and parts > 1 and 5 + 2 * parts > w then limits = false end -- (no room for its standings)
         if cost == nil and limits then
