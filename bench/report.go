@@ -44,6 +44,7 @@ type report struct {
 // stat is the median over the rounds of one configuration.
 type stat struct {
 	rate, p50, p99, allowed, errFrac float64
+	cpu                              float64 // the client's CPU per check, ns (0: not read)
 	spread                           float64 // (max-min)/median of the rates
 	errs                             int64
 	firstErr                         string
@@ -55,12 +56,13 @@ func (rep *report) stat(name string, conc, subjects int) (stat, bool) {
 	if len(rs) == 0 {
 		return stat{}, false
 	}
-	var rates, p50, p99, allowed, errFrac []float64
+	var rates, p50, p99, allowed, errFrac, cpu []float64
 	var s stat
 	for _, r := range rs {
 		rates = append(rates, r.rate())
 		p50 = append(p50, float64(r.p50))
 		p99 = append(p99, float64(r.p99))
+		cpu = append(cpu, float64(r.cpuPerOp()))
 		allowed = append(allowed, r.allowedFrac())
 		errFrac = append(errFrac, float64(r.errors)/math.Max(1, float64(r.ops)))
 		s.errs += r.errors
@@ -69,6 +71,7 @@ func (rep *report) stat(name string, conc, subjects int) (stat, bool) {
 		}
 	}
 	s.rate, s.p50, s.p99, s.allowed, s.errFrac = median(rates), median(p50), median(p99), median(allowed), median(errFrac)
+	s.cpu = median(cpu)
 	lo, hi := rates[0], rates[0]
 	for _, r := range rates {
 		lo, hi = math.Min(lo, r), math.Max(hi, r)
@@ -99,6 +102,15 @@ func fmtDur(ns float64) string {
 		return fmt.Sprintf("%.0fµs", float64(d)/1e3)
 	}
 	return fmt.Sprintf("%dns", d)
+}
+
+// fmtCPU writes a CPU time per decision in µs to a tenth, or – when it
+// was not read.
+func fmtCPU(ns float64) string {
+	if ns <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1fµs", ns/1e3)
 }
 
 func ratio(a, b float64) string {
@@ -210,8 +222,8 @@ func mdEscape(s string) string {
 func (rep *report) writeThroughput(w io.Writer) {
 	cfg := rep.cfg
 	fmt.Fprintf(w, "### Decisions per second\n\n")
-	fmt.Fprintln(w, "| conc | subjects | limiter | decisions/s | × floor | × redis_rate | p50 | p99 | allowed | errors | spread |")
-	fmt.Fprintln(w, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| conc | subjects | limiter | decisions/s | × floor | × redis_rate | p50 | p99 | client CPU | allowed | errors | spread |")
+	fmt.Fprintln(w, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var errNotes []string
 	for _, conc := range cfg.conc {
 		for _, n := range cfg.subjects {
@@ -227,14 +239,14 @@ func (rep *report) writeThroughput(w io.Writer) {
 					errs = fmt.Sprintf("%.1f%%", 100*s.errFrac)
 					errNotes = append(errNotes, fmt.Sprintf("%s at %d×%d: %s", c.name, conc, n, s.firstErr))
 				}
-				fmt.Fprintf(w, "| %d | %d | %s | %s | %s | %s | %s | %s | %.3f | %s | ±%.0f%% |\n",
+				fmt.Fprintf(w, "| %d | %d | %s | %s | %s | %s | %s | %s | %s | %.3f | %s | ±%.0f%% |\n",
 					conc, n, c.name, fmtRate(s.rate), ratio(s.rate, floor.rate), ratio(s.rate, rr.rate),
-					fmtDur(s.p50), fmtDur(s.p99), s.allowed, errs, 50*s.spread)
+					fmtDur(s.p50), fmtDur(s.p99), fmtCPU(s.cpu), s.allowed, errs, 50*s.spread)
 			}
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "spread: half the range of the rounds' decisions/s, relative to the median. Limiters:")
+	fmt.Fprintln(w, "client CPU: this process's CPU time (user and system) per decision over the run, the median of the rounds: the client's work, and the driver's own timing of each check, which every limiter pays alike (Redis's CPU is not in it: see the server section). spread: half the range of the rounds' decisions/s, relative to the median. Limiters:")
 	fmt.Fprintln(w)
 	for _, c := range rep.contenders {
 		fmt.Fprintf(w, "- %s: %s\n", c.name, c.note)

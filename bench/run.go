@@ -23,6 +23,18 @@ type result struct {
 	elapsed              time.Duration
 	p50, p99             time.Duration
 	firstErr             string
+	// cpu is this process's CPU time (user and system) over the run: the
+	// client's, and the driver's own timing of each check, which every
+	// contender pays alike. 0 when it cannot be read.
+	cpu time.Duration
+}
+
+// cpuPerOp is the client's CPU per check.
+func (r result) cpuPerOp() time.Duration {
+	if r.ops == 0 {
+		return 0
+	}
+	return r.cpu / time.Duration(r.ops)
 }
 
 func (r result) rate() float64 {
@@ -54,6 +66,7 @@ func runOne(chk Checker, conc int, subjects []string, d time.Duration) result {
 		firstErr             string
 	}
 	locals := make([]*local, conc)
+	cpu0 := processCPU()
 	start := time.Now()
 	for w := range conc {
 		l := &local{h: latency.NewHistogram(runLatency)}
@@ -92,6 +105,9 @@ func runOne(chk Checker, conc int, subjects []string, d time.Duration) result {
 	wg.Wait()
 	elapsed := time.Since(start)
 	var r result
+	if cpu0 > 0 {
+		r.cpu = processCPU() - cpu0
+	}
 	h := latency.NewHistogram(runLatency)
 	for _, l := range locals {
 		h.Merge(l.h)

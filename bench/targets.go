@@ -117,6 +117,15 @@ func (rep *report) storeTargets() []target {
 	} else {
 		ts = append(ts, missing(n2, "≤ 1.15", fmt.Sprintf("needs -sections throughput -conc 1 -subjects %d", targetSubjects)))
 	}
+	// The client's CPU per check at concurrency 1, beyond the floor's.
+	n2c := fmt.Sprintf("2. conc 1, %d subjects: ours (redisstore) client CPU per decision − the go-redis floor's", targetSubjects)
+	if okO && okF && o.cpu > 0 && f.cpu > 0 {
+		extra := o.cpu - f.cpu
+		ts = append(ts, target{name: n2c, measured: fmtCPU(o.cpu) + " − " + fmtCPU(f.cpu),
+			value: fmt.Sprintf("%+.1fµs", extra/1e3), bound: "≤ 5µs", ok: true, pass: extra <= 5e3})
+	} else {
+		ts = append(ts, missing(n2c, "≤ 5µs", fmt.Sprintf("needs -sections throughput -conc 1 -subjects %d, on unix", targetSubjects)))
+	}
 
 	// 3. In Redis: 50 connections × pipelines of 16 over 10,000 keys.
 	n3r := fmt.Sprintf("3. in Redis (50 connections × pipelines of 16 over %d keys): ours ÷ redis_rate's script, requests/s", targetSubjects)
