@@ -131,6 +131,10 @@ end
 -- collected costs some 1,000 instructions).
 local scratch = {}
 
+-- scratchBands are the tables of the stored bucket's bands, read into them by step (the first m of
+-- them, m its number of bands) for the same reason.
+local scratchBands = {{}, {}, {}, {}, {}, {}, {}, {}}
+
 -- step decides a check of limits on the bucket at key at now, as Step does: cost is what every
 -- limit asks for (negative: ask, take nothing), or costs[i] limit i's; when take is true and it
 -- is allowed it takes the costs and writes the bucket. With held (a record's limits and tokens)
@@ -199,14 +203,15 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
         if k == 1 then s1, e1, u1 = s, e, u end
       end
     end
-    bands = {}
+    bands = scratchBands
     local debt = false
     for k = 1, m do
       local level, c, r, p = struct.unpack('>i7I7I7I7', raw, first + 28 * (k - 1))
       if c < 1 or r < 1 or p < 1 or c > MAX or r > MAX or p > MAX or c > MAX / p or level > c * p then
         return nil, CORRUPT .. 'field out of range'
       end
-      local b = {c = c, r = r, p = p, level = level}
+      local b = bands[k]
+      b.c, b.r, b.p, b.level, b.used = c, r, p, level, nil
       if level < 0 then
         if level < -math.min(c, floorDiv(MAX - c * p, p)) * p then -- (beyond the debt floor)
           return nil, CORRUPT .. 'field out of range'
@@ -215,7 +220,6 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
       end
       b.level = refill(b, level, t0 - last)
       if b.level ~= c * p then exists = true end
-      bands[k] = b
     end
     if v ~= 3 and debt ~= (v == 2) then return nil, CORRUPT .. 'field out of range' end
     if not exists then
@@ -270,7 +274,8 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
           while nextband <= m and bands[nextband].used do
             nextband = nextband + 1
           end
-          local b, tok = bands[nextband], nil
+          local b, tok = nil, nil
+          if nextband <= m then b = bands[nextband] end
           if b then
             -- The band it replaces: its whole tokens (rounded down, so a debt is never
             -- forgiven), and the part of a token it had, in this limit's units.
