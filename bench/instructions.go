@@ -37,14 +37,14 @@ const (
 	instrSubjects       = 1000
 )
 
-func measureInstructions(ctx context.Context, p policy, ks []int, quota bool) ([]instructionCount, error) {
+func measureInstructions(ctx context.Context, p policy, ks []int, quota, eval bool) ([]instructionCount, error) {
 	var out []instructionCount
 	for _, k := range ks {
-		few, err := callgrindRun(ctx, p, k, instrFew, quota)
+		few, err := callgrindRun(ctx, p, k, instrFew, quota, eval)
 		if err != nil {
 			return nil, err
 		}
-		many, err := callgrindRun(ctx, p, k, instrMany, quota)
+		many, err := callgrindRun(ctx, p, k, instrMany, quota, eval)
 		if err != nil {
 			return nil, err
 		}
@@ -54,8 +54,10 @@ func measureInstructions(ctx context.Context, p policy, ks []int, quota bool) ([
 }
 
 // callgrindRun starts redis-server under callgrind, sends calls script calls
-// of k keys, stops it and returns the instructions it executed.
-func callgrindRun(ctx context.Context, p policy, k, calls int, quota bool) (int64, error) {
+// of k keys (by FCALL, or with eval by EVALSHA of the script's body, as
+// redisstore calls a server without functions), stops it and returns the
+// instructions it executed.
+func callgrindRun(ctx context.Context, p policy, k, calls int, quota, eval bool) (int64, error) {
 	vg, err := findBinary("valgrind")
 	if err != nil {
 		return 0, fmt.Errorf("%w (apt-get install valgrind)", err)
@@ -94,6 +96,9 @@ func callgrindRun(ctx context.Context, p policy, k, calls int, quota bool) (int6
 	if err := c.FunctionLoad(ctx, script.Library).Err(); err != nil {
 		return 0, err
 	}
+	if err := c.ScriptLoad(ctx, script.Source).Err(); err != nil {
+		return 0, err
+	}
 	r := ratelimit.Request{Limits: []ratelimit.Limit{ourLimit(env{policy: p})}, Cost: 1}
 	if quota {
 		r.Quotas = []ratelimit.Quota{ratelimit.CalendarQuota(1<<50, ratelimit.Month, nil)}
@@ -109,7 +114,13 @@ func callgrindRun(ctx context.Context, p policy, k, calls int, quota bool) (int6
 		if quota && k > 1 {
 			args = append(args, int64(script.ReplyLen+2*2)) // the reply's width: two parts
 		}
-		if _, err := c.FCall(ctx, script.Function, keys, args...).Result(); err != nil {
+		var err error
+		if eval {
+			err = c.EvalSha(ctx, script.SHA, keys, args...).Err()
+		} else {
+			err = c.FCall(ctx, script.Function, keys, args...).Err()
+		}
+		if err != nil {
 			return 0, err
 		}
 	}

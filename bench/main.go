@@ -34,6 +34,7 @@ type config struct {
 	sections      map[string]bool
 	instrKeys     []int // the instructions section's keys per call
 	instrQuota    bool  // the instructions section's policy has a monthly quota
+	instrEval     bool  // the instructions section runs the script by EVALSHA, not FCALL
 	instrRate     int64 // the instructions section's refill per second (its burst is the policy's)
 	pool          int
 	memSubjects   int
@@ -99,6 +100,7 @@ func main() {
 	instrKeys := flag.String("instr-keys", "1,4,16", "instructions section: the keys per call to count")
 	instrRate := flag.Int64("instr-rate", 0, "instructions section: the limit's refill per second (default the policy's); 1 keeps every bucket's key between its checks")
 	instrQuota := flag.Bool("instr-quota", false, "instructions section: add a quota of a calendar month to the policy, which the checks never exhaust")
+	instrEval := flag.Bool("instr-eval", false, "instructions section: run the script by EVALSHA of its body, as redisstore does on a server without functions, rather than by FCALL")
 	pool := flag.Int("pool", 0, "go-redis pool size for every go-redis client (0: go-redis's default, 10 per GOMAXPROCS)")
 	memSubjects := flag.Int("mem-subjects", 0, "subjects for the used_memory growth (default 10000)")
 	localSubjects := flag.Int("local-subjects", 0, "subjects for the in-process heap and ns/op (default 1000000)")
@@ -154,7 +156,7 @@ func main() {
 		}
 	}
 	cfg.sections = parseSections(*sections)
-	cfg.instrQuota, cfg.instrRate = *instrQuota, *instrRate
+	cfg.instrQuota, cfg.instrRate, cfg.instrEval = *instrQuota, *instrRate, *instrEval
 	if cfg.instrKeys, err = parseInts(*instrKeys); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -287,7 +289,7 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 		if cfg.instrRate > 0 {
 			ip.rate = cfg.instrRate
 		}
-		ic, err := measureInstructions(ctx, ip, cfg.instrKeys, cfg.instrQuota)
+		ic, err := measureInstructions(ctx, ip, cfg.instrKeys, cfg.instrQuota, cfg.instrEval)
 		if err != nil {
 			return fmt.Errorf("instructions: %w", err)
 		}

@@ -316,7 +316,11 @@ func (rep *report) writeInstructions(w io.Writer) {
 	if rep.cfg.instrRate > 0 {
 		rate = rep.cfg.instrRate
 	}
-	fmt.Fprintf(w, "Our script, one limit of %d/s, bursting to %d%s, %d subjects cycling, calls of K keys in mode \"each\" on the server's TIME: (instructions at %d calls − at %d) ÷ (%d·K). Independent of the machine's load.\n\n", rate, rep.cfg.burst, quota, instrSubjects, instrMany, instrFew, instrMany-instrFew)
+	how := "by FCALL, as the function it ships as"
+	if rep.cfg.instrEval {
+		how = "by EVALSHA of its body, as on a server without functions (-instr-eval)"
+	}
+	fmt.Fprintf(w, "Our script %s, one limit of %d/s, bursting to %d%s, %d subjects cycling, calls of K keys in mode \"each\" on the server's TIME: (instructions at %d calls − at %d) ÷ (%d·K). Independent of the machine's load.\n\n", how, rate, rep.cfg.burst, quota, instrSubjects, instrMany, instrFew, instrMany-instrFew)
 	fmt.Fprintln(w, "| K | instructions per decision |")
 	fmt.Fprintln(w, "|---:|---:|")
 	for _, c := range rep.instructions {

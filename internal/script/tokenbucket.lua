@@ -128,12 +128,11 @@ end
 
 -- scratch is the table of step's levels, one per library: step runs one key at a time and keeps
 -- nothing in it past its return, so it is made once rather than for every key (a table made and
--- collected costs some 1,000 instructions).
-local scratch = {}
-
--- scratchBands are the tables of the stored bucket's bands, read into them by step (the first m of
--- them, m its number of bands) for the same reason.
-local scratchBands = {{}, {}, {}, {}, {}, {}, {}, {}}
+-- collected costs some 1,000 instructions). scratchBands holds the tables of a stored bucket's bands,
+-- read into them by step (the first m of them, m its number of bands), for the same reason. Each is
+-- made when first needed: as a script (EVAL) this code runs on every call, and a table it made up
+-- front would be made for every call, needed or not.
+local scratch, scratchBands
 
 -- step decides a check of limits on the bucket at key at now, as Step does: cost is what every
 -- limit asks for (negative: ask, take nothing), or costs[i] limit i's; when take is true and it
@@ -204,6 +203,10 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
       end
     end
     bands = scratchBands
+    if not bands then
+      bands = {}
+      scratchBands = bands
+    end
     local debt = false
     for k = 1, m do
       local level, c, r, p = struct.unpack('>i7I7I7I7', raw, first + 28 * (k - 1))
@@ -211,6 +214,10 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
         return nil, CORRUPT .. 'field out of range'
       end
       local b = bands[k]
+      if not b then
+        b = {}
+        bands[k] = b
+      end
       b.c, b.r, b.p, b.level, b.used = c, r, p, level, nil
       if level < 0 then
         if level < -math.min(c, floorDiv(MAX - c * p, p)) * p then -- (beyond the debt floor)
@@ -230,6 +237,10 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
 
   -- levels[i]: limit i's level, in the table every step shares (see scratch), emptied first.
   local levels = scratch
+  if not levels then
+    levels = {false} -- (a slot for the one limit of most policies: a table that grows is copied)
+    scratch = levels
+  end
   if not exists then
     for i = 1, n do
       levels[i] = limits[i].c * limits[i].p
@@ -603,22 +614,27 @@ local function newReply(k, w)
   }, 81
 end
 
--- kept: the reply tables of one key and of up to 4, 8 and 16, for policies of one limit (W = 5), each
+-- kept6, kept21, kept41, kept81: the reply tables of one key and of up to 4, 8 and 16, for policies of one limit (W = 5), each
 -- made once and handed out again by keptReply: Redis has read a reply before the next call begins, and
 -- main writes each key's 5 integers (after the key's last pass) and ends the array with a nil, so
 -- nothing of an earlier call is read (a reply table made and collected costs some 1,000 instructions).
-local kept = {}
+-- Each is made when first needed, as scratch is.
+local kept6, kept21, kept41, kept81
 
 -- keptReply returns the kept reply table of k keys, 1 <= k <= 16, and its size.
 local function keptReply(k)
-  local size = 81
-  if k == 1 then size = 6 elseif k <= 4 then size = 21 elseif k <= 8 then size = 41 end
-  local reply = kept[size]
-  if not reply then
-    reply = newReply(k, 5)
-    kept[size] = reply
+  if k == 1 then
+    if not kept6 then kept6 = newReply(1, 5) end
+    return kept6, 6
+  elseif k <= 4 then
+    if not kept21 then kept21 = newReply(k, 5) end
+    return kept21, 21
+  elseif k <= 8 then
+    if not kept41 then kept41 = newReply(k, 5) end
+    return kept41, 41
   end
-  return reply, size
+  if not kept81 then kept81 = newReply(k, 5) end
+  return kept81, 81
 end
 
 -- main is one call: the keys and arguments of the header, and its reply.
@@ -779,7 +795,8 @@ local function main(KEYS, ARGV)
             w = 5 + 2 * parts
             reply, size = newReply(1, w)
           else
-            reply, size = keptReply(1)
+            if not kept6 then kept6 = {5, 0, 0, 0, 0, 0} end
+            reply, size = kept6, 6
           end
         end
         local y = 2 + w * (j - 1)
