@@ -288,13 +288,8 @@ func TestServeThePeersShippedConfigs(t *testing.T) {
 				testkit.WriteFile(t, filepath.Join(root, "ratelimit", "config", filepath.Base(f)), string(b))
 			}
 			e := servePeerEnv(t, loopback(map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false"}))
-			res, err := http.Get("http://" + e.debug + "/rlconfig")
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			if n := strings.Count(string(body), "\n"); res.StatusCode != http.StatusOK || n != tc.rules {
+			res, body := testkit.Do(t, testkit.Request(t, "GET", "http://"+e.debug+"/rlconfig", nil))
+			if n := strings.Count(body, "\n"); res.StatusCode != http.StatusOK || n != tc.rules {
 				t.Errorf("GET /rlconfig: %d, %d rules, want %d:\n%s", res.StatusCode, n, tc.rules, body)
 			}
 			if tc.warn != "" && !strings.Contains(e.stderr.String(), tc.warn) {

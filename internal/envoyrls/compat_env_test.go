@@ -12,7 +12,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -451,17 +450,9 @@ func admittedAtOnce(procs []*envProc, r *rlsv3.RateLimitRequest, n int) int {
 // getLines returns the lines of GET path on 127.0.0.1:port, sorted.
 func getLines(t *testing.T, port int, path string) []string {
 	t.Helper()
-	res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, b := testkit.Do(t, testkit.Request(t, "GET", fmt.Sprintf("http://127.0.0.1:%d%s", port, path), nil))
 	var lines []string
-	for l := range strings.SplitSeq(string(b), "\n") {
+	for l := range strings.SplitSeq(b, "\n") {
 		if l = strings.TrimSpace(l); l != "" {
 			lines = append(lines, l)
 		}
