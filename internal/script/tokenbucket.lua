@@ -615,19 +615,16 @@ local function newReply(k, w)
 end
 
 -- kept6, kept21, kept41, kept81: the reply tables of one key and of up to 4, 8 and 16, for policies
--- of one limit (W = 5), each made once and handed out again (keptReply, and main for one key):
+-- of one limit (W = 5), each made once and handed out again (by main for one key, else keptReply):
 -- Redis has read a reply before the next call begins, and main writes each key's 5 integers (after
 -- the key's last pass) and ends the array with a nil, so nothing of an earlier call is read (a
 -- reply table made and collected costs some 1,000 instructions). Each is made when first needed, as
 -- scratch is.
 local kept6, kept21, kept41, kept81
 
--- keptReply returns the kept reply table of k keys, 1 <= k <= 16, and its size.
+-- keptReply returns the kept reply table of k keys, 2 <= k <= 16, and its size.
 local function keptReply(k)
-  if k == 1 then
-    if not kept6 then kept6 = newReply(1, 5) end
-    return kept6, 6
-  elseif k <= 4 then
+  if k <= 4 then
     if not kept21 then kept21 = newReply(k, 5) end
     return kept21, 21
   elseif k <= 8 then
