@@ -291,6 +291,13 @@ func TestMalformedStateIsAnErrorAndGrantsNothing(t *testing.T) {
 		encodeState(now, band(0, 1<<53+2, 1, time.Microsecond)),
 		encodeState(now, ok, ok, ok, ok, ok, ok, ok, ok, ok),
 		valid[:8] + strings.Repeat("\xff", 28),
+		// In the policy's own terms, as a check of it reads them without
+		// converting: above full, in debt without version 2 (or version 2
+		// without debt), below the debt floor.
+		encodeState(now, lowest(limit, 10, 1)),
+		encodeState(now, lowest(limit, -1, 0)),
+		"\x02" + encodeState(now, lowest(limit, 0, 0))[1:],
+		"\x02" + encodeState(now, lowest(limit, -11, 0))[1:],
 	} {
 		key := l.Key("s")
 		if err := client.Set(ctx, key, bad, time.Minute).Err(); err != nil {

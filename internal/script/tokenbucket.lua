@@ -126,6 +126,20 @@ local function refill(l, level, elapsed)
   return level + elapsed * l.r
 end
 
+-- px returns a key's expiry, SET's PX: (reset + wait) µs in ms, rounded up once, at least 1 ms,
+-- as a decimal integer (Lua's tostring would write a large one in exponent form).
+local function px(reset, wait)
+  local rr, rb = reset % 1000, wait % 1000
+  local ms = (reset - rr) / 1000 + (wait - rb) / 1000
+  if rr + rb > 1000 then
+    ms = ms + 2
+  elseif rr + rb > 0 then
+    ms = ms + 1
+  end
+  if ms < 1 then ms = 1 end
+  return string.format('%d', ms)
+end
+
 -- scratch is the table of step's levels, one per library: step runs one key at a time and keeps
 -- nothing in it past its return, so it is made once rather than for every key (a table made and
 -- collected costs some 1,000 instructions). scratchBands holds the tables of a stored bucket's bands,
@@ -501,19 +515,53 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
     -- full already (a settle's refund) for the 1 ms minimum.
     local wait = back
     if reset == 0 then wait = 0 end
-    local rr, rb = reset % 1000, wait % 1000
-    local ms = (reset - rr) / 1000 + (wait - rb) / 1000
-    if rr + rb > 1000 then
-      ms = ms + 2
-    elseif rr + rb > 0 then
-      ms = ms + 1
-    end
-    if ms < 1 then ms = 1 end
-    redis.call('SET', key, value, 'PX', string.format('%d', ms))
+    redis.call('SET', key, value, 'PX', px(reset, wait))
   end
   local flags = 16 * (bound - 1)
   if allowed then flags = flags + 1 end
   if converted then flags = flags + 2 end
+  return flags, remaining, reset, retry, back
+end
+
+-- step1 is step for the usual check: a policy of one limit l, one cost (negative: ask, take
+-- nothing), no quota and no record, on a bucket that is missing or that l wrote (36 bytes). It
+-- returns what step returns, or false, having read the bucket and changed nothing, when step must
+-- decide (a bucket another policy wrote, or one it would refuse as malformed, which step says
+-- why). The same decision as step's, in a third of its instructions: no table, no loop.
+local function step1(key, l, cost, now, take)
+  local need, c, p, r, full = cost, l.c, l.p, l.r, l.full
+  if need < 0 then need = -need end
+  if need > c then return nil, MALFORMED end
+  local raw = redis.pcall('GET', key)
+  local t0, back, level = now, 0, full
+  if raw then
+    if type(raw) ~= 'string' or #raw ~= 36 then return false end
+    local v, last, lv, bc, br, bp = struct.unpack('>BI7i7I7I7I7', raw)
+    if bc ~= c or br ~= r or bp ~= p or last > MAXTIME or lv > full or lv < l.floor
+      or (v ~= 1 or lv < 0) and (v ~= 2 or lv >= 0) then
+      return false
+    end
+    if last > now then t0, back = last, last - now end
+    local missing = full - lv
+    if missing > 0 and t0 - last < ceilDiv(missing, r) then
+      level = lv + (t0 - last) * r
+    else
+      -- Full by now: the same as a missing bucket, decided at now.
+      t0, back = now, 0
+    end
+  end
+  local flags, retry, write = 0, 0, false
+  if level >= need * p then
+    flags, write = 1, take and cost > 0
+    if write then level = level - need * p end -- (at least 0: it writes version 1)
+  else
+    retry = ceilDiv(need * p - level, r)
+  end
+  local remaining, reset = floorDiv(level, p), ceilDiv(full - level, r)
+  if remaining < 0 then remaining = 0 end
+  if write then
+    redis.call('SET', key, struct.pack('>BI7i7I7I7I7', 1, t0, level, c, r, p), 'PX', px(reset, back))
+  end
   return flags, remaining, reset, retry, back
 end
 
@@ -523,8 +571,8 @@ end
 local memo, memos = {}, 0
 
 -- decode returns the limits of the policy string pol (see the header), each limit's c, r and p
--- checked by Limit.Validate's rules (which Go has already checked), or false when it is
--- malformed.
+-- checked by Limit.Validate's rules (which Go has already checked), and its full level and debt
+-- floor (c·p and -Debt·p) for step1; or false when it is malformed.
 local function decode(pol)
   local len = #pol
   local n = len >= 22 and struct.unpack('>B', pol)
@@ -535,7 +583,7 @@ local function decode(pol)
     if c < 1 or r < 1 or p < 1 or c > MAX or r > MAX or p > MAX or c > MAX / p then
       return false
     end
-    limits[i] = {c = c, r = r, p = p}
+    limits[i] = {c = c, r = r, p = p, full = c * p, floor = -math.min(c, floorDiv(MAX - c * p, p)) * p}
   end
   limits.parts = n -- limits and quotas
   if len ~= 1 + 21 * n then
@@ -821,7 +869,12 @@ local function main(KEYS, ARGV)
             flags, remaining, reset, retry, back = step(keys[j], limits, -1, nil, now, false, nil, reply, y)
             if flags then flags = flags + 8 end
           else
-            flags, remaining, reset, retry, back = step(keys[j], limits, cost, costs, now, pass == passes, held, reply, y)
+            if parts == 1 and not costs and not held then
+              flags, remaining, reset, retry, back = step1(keys[j], limits[1], cost, now, pass == passes)
+            end
+            if not flags and remaining == nil then
+              flags, remaining, reset, retry, back = step(keys[j], limits, cost, costs, now, pass == passes, held, reply, y)
+            end
           end
         else
           remaining = MALFORMED
