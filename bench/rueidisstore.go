@@ -28,7 +28,11 @@ func (s *RueidisStore) Apply(ctx context.Context, key string, r ratelimit.Reques
 		return ratelimit.Decision{}, err
 	}
 	args := argStrings(new(script.Encoder).Args(r))
-	ints, err := s.script.Exec(ctx, s.client, []string{key}, args).AsIntSlice()
+	res := s.script.Exec(ctx, s.client, []string{key}, args)
+	if packed, err := res.ToString(); err == nil {
+		return script.ParseReply(r, packed) // a reply without an error
+	}
+	ints, err := res.AsIntSlice()
 	if err != nil {
 		return ratelimit.Decision{}, fmt.Errorf("ratelimit: redis check of %q: %w", key, err)
 	}

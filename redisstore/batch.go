@@ -200,25 +200,25 @@ func (s *Store) evalGroup(ctx context.Context, g group) {
 // decideCall gives each group of a script call of nkeys keys its result:
 // from the call's reply res, or the call's error err.
 func decideCall(call []group, nkeys int, res any, err error) {
-	var entries []any // w values a key (see script.Flat)
-	var w int
+	var rp script.Reply
 	if err == nil {
-		entries, w, err = script.Flat(res, nkeys)
+		rp, err = script.ParseCall(res, nkeys)
 	}
+	j := 0 // the key of the call
 	for _, g := range call {
 		if err != nil {
 			fail(g, wrapErr("check", g[0].Key, err))
 			continue
 		}
-		for j, it := range g {
-			d, err := script.ParseEntry(it.Request, entries[j*w:], res)
+		for i, it := range g {
+			d, err := rp.Decision(it.Request, j+i)
 			if err != nil {
 				fail(g, wrapErr("check", it.Key, err))
 				break
 			}
 			it.Decision, it.Err = d, nil
 		}
-		entries = entries[len(g)*w:]
+		j += len(g)
 	}
 }
 

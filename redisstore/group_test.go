@@ -285,7 +285,15 @@ func TestTheScriptsGroupMode(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return script.Entries(res, len(keys))
+		rp, err := script.ParseCall(res, len(keys))
+		if err != nil {
+			return nil, err
+		}
+		entries := make([]any, len(keys))
+		for j := range entries {
+			entries[j] = rp.Entry(j)
+		}
+		return entries, nil
 	}
 	const malformed = "ratelimit: invalid argument: malformed argument"
 	for _, mode := range []string{"1", "2,2", "4", "0,3", "-1,4", "1.5,1.5", "a", "1,x,1", "", "2,,1", ",3", "3,", "0x3", "3e0", " 3", "03"} {

@@ -90,14 +90,18 @@ func exec(ctx context.Context, c redis.UniversalClient, key string, argv ...any)
 	if err != nil {
 		return nil, err
 	}
-	v, ok := res.([]any)
-	if !ok || len(v) != 1+script.ReplyLen {
-		return nil, fmt.Errorf("a reply of %d values to a call of one key: %v", len(v), res)
-	}
-	if err, ok := v[1].(error); ok {
+	rp, err := script.ParseCall(res, 1)
+	if err != nil {
 		return nil, err
 	}
-	return v[1:], nil
+	v := rp.Entry(0)
+	if err, ok := v[0].(error); ok {
+		return nil, err
+	}
+	if len(v) != script.ReplyLen {
+		return nil, fmt.Errorf("an entry of %d values to a call of one key: %v", len(v), res)
+	}
+	return v, nil
 }
 
 func lim(capacity, refill int64, period time.Duration) ratelimit.Limit {
@@ -990,15 +994,15 @@ func TestTheReplysWidthOfSeveralKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		entries, w, err := script.Flat(res, 2)
+		rp, err := script.ParseCall(res, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d, err := script.ParseEntry(plain, entries, res); err != nil || !d.Allowed {
-			t.Errorf("width %d: the plain key %+v %v", w, d, err)
+		if d, err := rp.Decision(plain, 0); err != nil || !d.Allowed {
+			t.Errorf("width %v: the plain key %+v %v", a, d, err)
 		}
-		if _, err := script.ParseEntry(quota, entries[w:], res); err == nil || !strings.Contains(err.Error(), malformed) {
-			t.Errorf("width %d: the quota key's error %v, want malformed", w, err)
+		if _, err := rp.Decision(quota, 1); err == nil || !strings.Contains(err.Error(), malformed) {
+			t.Errorf("width %v: the quota key's error %v, want malformed", a, err)
 		}
 	}
 	if n, _ := client.Exists(ctx, "width-quota").Result(); n != 0 {
@@ -1008,11 +1012,11 @@ func TestTheReplysWidthOfSeveralKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, w, err := script.Flat(res, 2)
-	if err != nil || w != 11 {
-		t.Fatalf("width 11: %v %d %v", res, w, err)
+	rp, err := script.ParseCall(res, 2)
+	if err != nil || len(rp.Entry(1)) != 11 {
+		t.Fatalf("width 11: %v %v", res, err)
 	}
-	if d, err := script.ParseEntry(quota, entries[w:], res); err != nil || !d.Allowed || len(d.Standings) != 3 || d.Standings[1].Remaining != 9 {
+	if d, err := rp.Decision(quota, 1); err != nil || !d.Allowed || len(d.Standings) != 3 || d.Standings[1].Remaining != 9 {
 		t.Fatalf("width 11: the quota key %+v %v", d, err)
 	}
 }

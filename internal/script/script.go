@@ -293,71 +293,102 @@ func lenOf(m *map[ratelimit.Limit]any) int {
 // ParseReply turns the script's reply to a call of one check of r into a
 // Decision.
 func ParseReply(r ratelimit.Request, reply any) (ratelimit.Decision, error) {
-	v, _, err := Flat(reply, 1)
+	rp, err := ParseCall(reply, 1)
 	if err != nil {
 		return ratelimit.Decision{}, err
 	}
-	return ParseEntry(r, v, reply)
+	return rp.Decision(r, 0)
 }
 
-// Flat returns the entries of a reply to a call of k checks, one after the
-// other, w values each (the reply's first value: ReplyLen, or more with the
-// standings of policies of several limits and quotas), for ParseEntry: the
-// reply's own values, with nothing allocated. A reply of another shape is
-// an error wrapping ErrUnexpectedReply.
-func Flat(reply any, k int) (entries []any, w int, err error) {
-	v, ok := reply.([]any)
-	if !ok || len(v) < 1 {
-		return nil, 0, Unexpected(reply)
-	}
-	n, ok := v[0].(int64)
-	if !ok || n < ReplyLen || n > MaxReplyLen || (n-ReplyLen)%2 != 0 || len(v) != 1+int(n)*k {
-		return nil, 0, Unexpected(reply)
-	}
-	return v[1:], int(n), nil
+// Reply is the script's reply to a call of k keys, w values a key (the
+// reply's first value: ReplyLen, or more with the standings of policies of
+// several limits and quotas), in one of the script's two forms: the string
+// it packs a reply without errors into (W in a byte, then each value in 7
+// bytes, big-endian), or the array Redis makes of its table, where a key's
+// error stands in place of its flags. Reading it allocates nothing.
+type Reply struct {
+	raw    any    // the reply as the client gave it, for Unexpected
+	w      int    // values a key
+	arr    []any  // the array form: the values after W
+	packed string // the packed form: the bytes after W
 }
 
-// Entries splits a reply to a call of k checks into its k entries, one per
-// key, for ParseAt; a reply of another shape is an error wrapping
-// ErrUnexpectedReply.
-func Entries(reply any, k int) ([]any, error) {
-	v, w, err := Flat(reply, k)
-	if err != nil {
-		return nil, err
+// ParseCall checks that reply is the script's reply to a call of k checks;
+// a reply of another shape is an error wrapping ErrUnexpectedReply.
+func ParseCall(reply any, k int) (Reply, error) {
+	rp := Reply{raw: reply}
+	var n int64
+	switch v := reply.(type) {
+	case string:
+		if len(v) < 1 {
+			return rp, Unexpected(reply)
+		}
+		n, rp.packed = int64(v[0]), v[1:]
+		if int64(len(rp.packed)) != 7*n*int64(k) {
+			return rp, Unexpected(reply)
+		}
+	case []any:
+		var ok bool
+		if len(v) >= 1 {
+			n, ok = v[0].(int64)
+		}
+		if !ok || int64(len(v)) != 1+n*int64(k) {
+			return rp, Unexpected(reply)
+		}
+		rp.arr = v[1:]
+	default:
+		return rp, Unexpected(reply)
 	}
-	entries := make([]any, k)
-	for i := range entries {
-		entries[i] = v[i*w : (i+1)*w]
+	if n < ReplyLen || n > MaxReplyLen || (n-ReplyLen)%2 != 0 {
+		return rp, Unexpected(reply)
 	}
-	return entries, nil
+	rp.w = int(n)
+	return rp, nil
 }
 
-// ParseAt reads one key's entry of a reply (see Entries) as the decision of
-// a check of r: the key's error (as the script words it, for the caller to
-// wrap), or the decision its integers give.
-func ParseAt(r ratelimit.Request, entry, reply any) (ratelimit.Decision, error) {
-	v, ok := entry.([]any)
-	if !ok {
-		return ratelimit.Decision{}, Unexpected(reply)
+// value returns value i of key j's entry, which is an integer of at least 0
+// when ok.
+func (rp *Reply) value(j, i int) (x int64, ok bool) {
+	at := rp.w*j + i
+	if rp.arr != nil {
+		x, ok = rp.arr[at].(int64)
+		return x, ok && x >= 0
 	}
-	return ParseEntry(r, v, reply)
+	b := rp.packed[7*at : 7*at+7]
+	return int64(b[0])<<48 | int64(b[1])<<40 | int64(b[2])<<32 | int64(b[3])<<24 |
+		int64(b[4])<<16 | int64(b[5])<<8 | int64(b[6]), true
 }
 
-// ParseEntry is ParseAt of the entry whose values begin v (see Flat): its
-// first ReplyLen values, and for a policy of several limits and quotas the
-// standing of each after them.
-func ParseEntry(r ratelimit.Request, v []any, reply any) (ratelimit.Decision, error) {
-	if len(v) < ReplyLen {
-		return ratelimit.Decision{}, Unexpected(reply)
+// Entry returns key j's entry of the reply as values: its error alone, or
+// its W integers (the tests read a reply as the script wrote it).
+func (rp Reply) Entry(j int) []any {
+	if rp.arr != nil {
+		if err, ok := rp.arr[rp.w*j].(error); ok {
+			return []any{err}
+		}
 	}
-	if err, ok := v[0].(error); ok {
-		return ratelimit.Decision{}, err
+	v := make([]any, rp.w)
+	for i := range v {
+		v[i], _ = rp.value(j, i)
+	}
+	return v
+}
+
+// Decision reads key j's entry as the decision of a check of r: the key's
+// error (as the script words it, for the caller to wrap), or the decision
+// its integers give, with the standing of each limit and quota for a
+// policy of several.
+func (rp Reply) Decision(r ratelimit.Request, j int) (ratelimit.Decision, error) {
+	if rp.arr != nil {
+		if err, ok := rp.arr[rp.w*j].(error); ok {
+			return ratelimit.Decision{}, err
+		}
 	}
 	var n [ReplyLen]int64
 	for i := range n {
-		x, ok := v[i].(int64)
-		if !ok || x < 0 {
-			return ratelimit.Decision{}, Unexpected(reply)
+		x, ok := rp.value(j, i)
+		if !ok {
+			return ratelimit.Decision{}, Unexpected(rp.raw)
 		}
 		n[i] = x
 	}
@@ -365,7 +396,7 @@ func ParseEntry(r ratelimit.Request, v []any, reply any) (ratelimit.Decision, er
 	parts := len(r.Limits) + len(r.Quotas)
 	bound := flags >> 4
 	if bound >= int64(parts) {
-		return ratelimit.Decision{}, Unexpected(reply)
+		return ratelimit.Decision{}, Unexpected(rp.raw)
 	}
 	if retry > 0 {
 		retry += back
@@ -385,15 +416,15 @@ func ParseEntry(r ratelimit.Request, v []any, reply any) (ratelimit.Decision, er
 		d.Limit = r.Limits[bound]
 	}
 	if parts > 1 {
-		if len(v) < ReplyLen+2*parts {
-			return ratelimit.Decision{}, Unexpected(reply)
+		if rp.w < ReplyLen+2*parts {
+			return ratelimit.Decision{}, Unexpected(rp.raw)
 		}
 		d.Standings = make([]ratelimit.Standing, parts)
 		for i := range d.Standings {
-			rem, ok1 := v[ReplyLen+2*i].(int64)
-			rst, ok2 := v[ReplyLen+2*i+1].(int64)
-			if !ok1 || !ok2 || rem < 0 || rst < 0 {
-				return ratelimit.Decision{}, Unexpected(reply)
+			rem, ok1 := rp.value(j, ReplyLen+2*i)
+			rst, ok2 := rp.value(j, ReplyLen+2*i+1)
+			if !ok1 || !ok2 {
+				return ratelimit.Decision{}, Unexpected(rp.raw)
 			}
 			if rst > 0 {
 				rst += back
@@ -407,14 +438,15 @@ func ParseEntry(r ratelimit.Request, v []any, reply any) (ratelimit.Decision, er
 // ParseSettle reads the reply to a settle on r's limits: the standing
 // afterwards, and whether the script found the reservation's record.
 func ParseSettle(r ratelimit.Request, reply any) (d ratelimit.Decision, found bool, err error) {
-	v, _, err := Flat(reply, 1)
+	rp, err := ParseCall(reply, 1)
 	if err != nil {
 		return d, false, err
 	}
-	if d, err = ParseEntry(r, v, reply); err != nil {
+	if d, err = rp.Decision(r, 0); err != nil {
 		return d, false, err
 	}
-	return d, v[0].(int64)&8 == 0, nil
+	flags, _ := rp.value(0, 0)
+	return d, flags&8 == 0, nil
 }
 
 // Unexpected is the error of a reply that is not the script's.

@@ -92,7 +92,35 @@ func TestAnUnexpectedReplyWrapsItsSentinel(t *testing.T) {
 			t.Errorf("ParseReply(%v) = %v, want ErrUnexpectedReply", reply, err)
 		}
 	}
-	if d, err := script.ParseReply(r, entry(int64(3), int64(9), int64(100_000), int64(0), int64(5))); err != nil || !d.Allowed || !d.Converted || d.Remaining != 9 || d.ResetAfter != 100*time.Millisecond+5*time.Microsecond || d.RetryAfter != 0 {
-		t.Errorf("a reply: %+v %v", d, err)
+	// The packed form: W in a byte, then 7 bytes a value.
+	pack := func(w byte, v ...int64) string {
+		b := []byte{w}
+		for _, x := range v {
+			b = append(b, byte(x>>48), byte(x>>40), byte(x>>32), byte(x>>24), byte(x>>16), byte(x>>8), byte(x))
+		}
+		return string(b)
+	}
+	for _, reply := range []any{
+		"", pack(5), pack(5, 1, 2, 0, 0), pack(5, 1, 2, 0, 0, 0, 0), pack(6, 1, 2, 0, 0, 0, 0), pack(7, 1, 2, 0, 0, 0),
+		pack(5, 16, 1, 0, 0, 0), pack(5, 1, 2, 0, 0, 0) + "x",
+	} {
+		if _, err := script.ParseReply(r, reply); !errors.Is(err, redisstore.ErrUnexpectedReply) {
+			t.Errorf("ParseReply(%q) = %v, want ErrUnexpectedReply", reply, err)
+		}
+	}
+	for _, reply := range []any{
+		entry(int64(3), int64(9), int64(100_000), int64(0), int64(5)),
+		pack(5, 3, 9, 100_000, 0, 5),
+	} {
+		if d, err := script.ParseReply(r, reply); err != nil || !d.Allowed || !d.Converted || d.Remaining != 9 || d.ResetAfter != 100*time.Millisecond+5*time.Microsecond || d.RetryAfter != 0 {
+			t.Errorf("a reply %q: %+v %v", reply, d, err)
+		}
+	}
+	// The largest values a key's entry holds, 2^53, and a policy's standings.
+	two := ratelimit.Request{Limits: []ratelimit.Limit{ratelimit.PerSecond(10), ratelimit.PerMinute(100)}, Cost: 1}
+	d, err := script.ParseReply(two, pack(9, 16, 1<<53, 0, 1<<53, 7, 3, 10, 1<<53, 20))
+	if err != nil || d.Allowed || d.Binding != 1 || d.Remaining != 1<<53 || d.RetryAfter != (1<<53+7)*time.Microsecond ||
+		len(d.Standings) != 2 || d.Standings[0] != (ratelimit.Standing{Remaining: 3, ResetAfter: 17 * time.Microsecond}) || d.Standings[1].Remaining != 1<<53 {
+		t.Errorf("a packed reply of two limits: %+v %v", d, err)
 	}
 }

@@ -65,13 +65,14 @@
 -- and for a call of several keys ("each", "all" or groups), W (below) after the keys' part, when
 -- it is not 5.
 --
--- Reply: an array of 1 + WK integers: the number of integers per key, W, then per key, in the
--- order of KEYS (for "reserve" and "settle", one key: the bucket): flags (1: its own bucket
+-- Reply: 1 + WK integers, packed in a string when no key has an error (W in a byte, then each
+-- integer in 7 bytes, big-endian), else an array: the number of integers per key, W, then per
+-- key, in the order of KEYS (for "reserve" and "settle", one key: the bucket): flags (1: its own bucket
 -- holds the cost, or for a settle a token; 2: another policy wrote the bucket; 8: a settle found
 -- no record; plus 16 times the index of the binding limit or quota, from 0, limits first),
 -- remaining tokens, reset after (µs), retry after (µs), and the clock's catch-up (µs: the
 -- bucket's last minus now, when the clock is behind it); or, for a key that has an error, the
--- error in place of its flags (and 0 for the rest). W is 5 when every key's policy is one
+-- error in place of its flags (and 0 for the rest; only the array form holds one). W is 5 when every key's policy is one
 -- limit; otherwise 5 + 2P, P the most limits and quotas of a key's policy, and each key of a
 -- policy of more than one has, after its 5, per limit and then per quota its remaining tokens
 -- and its reset after (µs; for a quota, until its window's end), and zeros after those. The
@@ -683,6 +684,26 @@ local function keptReply(k)
   return kept81, 81
 end
 
+-- formats: struct.pack's format of a packed reply of n integers, by n (see packed); made when
+-- first needed, as scratch is.
+local formats
+
+-- packed returns the first n integers of reply, W and then the keys' entries, packed in a string
+-- (see the header): Redis turns a table into its reply by reading some ten fields of it and then
+-- each slot, 5,700 instructions for one key, where a string is copied.
+local function packed(reply, n)
+  if n == 6 then
+    return struct.pack('>BI7I7I7I7I7', reply[1], reply[2], reply[3], reply[4], reply[5], reply[6])
+  end
+  if not formats then formats = {} end
+  local f = formats[n]
+  if not f then
+    f = '>B' .. string.rep('I7', n - 1)
+    formats[n] = f
+  end
+  return struct.pack(f, unpack(reply, 1, n))
+end
+
 -- main is one call: the keys and arguments of the header, and its reply.
 local function main(KEYS, ARGV)
   local now, mode = ARGV[1], ARGV[2]
@@ -797,7 +818,7 @@ local function main(KEYS, ARGV)
   elseif nkeys > 1 then
     reply, size = newReply(nkeys, w)
   end
-  local first, g = 1, 0
+  local first, g, failed = 1, 0, false
   while first <= nkeys do
     -- "each" is one run of every key, one pass; a group, its keys.
     local last, passes, all = nkeys, 1, true
@@ -907,7 +928,7 @@ local function main(KEYS, ARGV)
           all = all and flags % 2 == 1
         else
           reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = {err = remaining}, 0, 0, 0, 0
-          all = false
+          all, failed = false, true
         end
       end
     end
@@ -917,6 +938,7 @@ local function main(KEYS, ARGV)
   if settle and held and type(reply[2]) == 'number' then
     redis.call('DEL', record)
   end
+  if not failed then return packed(reply, 1 + w * nkeys) end
   if size > 1 + w * nkeys then
     reply[2 + w * nkeys] = nil -- (the end of the array: see newReply)
   end
