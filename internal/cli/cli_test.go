@@ -148,6 +148,8 @@ func TestMainUsage(t *testing.T) {
 		{"bench", "--rate", "0"},
 		{"bench", "--cost", "101"},
 		{"bench", "--progress", "maybe"},
+		{"envoy-bench", "--call-timeout", "0s"},
+		{"envoy-bench", "--descriptors", "65"},
 		{"reset", "--redis", "redis://127.0.0.1:1", "a", "b"},
 		{"acquire", "--redis", "redis://127.0.0.1:1", "--namespace", "nope", "a"},
 	} {

@@ -151,7 +151,9 @@ func TestEnvoyBench(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr strings.Builder
-			args := append([]string{"envoy-bench", "--concurrency", "2", "--subjects", "3", "--rate", "5", "--duration", "300ms"}, tc.args...)
+			// (A deadline of 5 s a call: Envoy's 20 ms could pass on a
+			// machine busy with other tests, and a call would fail.)
+			args := append([]string{"envoy-bench", "--concurrency", "2", "--subjects", "3", "--rate", "5", "--duration", "300ms", "--call-timeout", "5s"}, tc.args...)
 			if code := Main(context.Background(), args, Env{Stdout: &stdout, Stderr: &stderr}); code != 0 {
 				t.Fatalf("exit %d: %s %s", code, stdout.String(), stderr.String())
 			}

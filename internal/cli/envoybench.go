@@ -23,8 +23,10 @@ const envoyBenchAbout = `
 Envoy-bench is a gRPC load generator for Envoy's rate limit service: it sends
 ShouldRateLimit calls from --concurrency goroutines over --conns connections,
 each for --descriptors descriptors (--key, "s<i>"), each i drawn at random
-among --subjects, in domain --domain, for --duration, and prints the calls
-per second, the p50, p99 and maximum latency of a call, and the fraction OK.
+among --subjects, in domain --domain, for --duration, each with the deadline
+--call-timeout (20ms, as Envoy's rate limit filter gives it by default), and
+prints the calls per second, the p50, p99 and maximum latency of a call, and
+the fraction OK.
 A call of several descriptors is decided all or nothing over their buckets.
 
 With --target it drives a service already running there (this one, started
@@ -41,6 +43,7 @@ type envoyBenchFlags struct {
 	target, domain, key string
 	conns, descriptors  int
 	rate                int64
+	callTimeout         time.Duration
 }
 
 func runEnvoyBench(ctx context.Context, env Env, args []string) error {
@@ -54,6 +57,7 @@ func runEnvoyBench(ctx context.Context, env Env, args []string) error {
 	fs.Int64Var(&f.rate, "rate", 1000, "without --target, the rule's requests_per_unit (unit second)")
 	fs.StringVar(&f.domain, "domain", "bench", "the request's domain")
 	fs.StringVar(&f.key, "key", "subject", "the descriptor's key")
+	fs.DurationVar(&f.callTimeout, "call-timeout", 20*time.Millisecond, "each call's deadline (Envoy's rate limit filter's default `timeout`, 20ms)")
 	if err := f.load.parse(fs, args); err != nil {
 		return err
 	}
@@ -66,6 +70,8 @@ func runEnvoyBench(ctx context.Context, env Env, args []string) error {
 		return usagef("--redis applies only without --target (the target has its store)")
 	case f.rate < 1 || f.rate > 1<<32-1:
 		return usagef("--rate must be between 1 and 2^32-1 (got %d)", f.rate)
+	case f.callTimeout <= 0:
+		return usagef("--call-timeout must be above 0 (got %v)", f.callTimeout)
 	}
 	target := f.target
 	where := target
@@ -122,9 +128,6 @@ func startBenchRLS(f envoyBenchFlags) (addr, desc string, stop func(), err error
 	return ln.Addr().String(), st.name, func() { srv.Stop(); st.close() }, nil
 }
 
-// callTimeout bounds one call of envoy-bench.
-const callTimeout = 5 * time.Second
-
 func envoyBench(ctx context.Context, f envoyBenchFlags, conns []*grpc.ClientConn) loadResult {
 	descs := make([]*rlv3.RateLimitDescriptor, f.load.subjects)
 	for i := range descs {
@@ -145,11 +148,12 @@ func envoyBench(ctx context.Context, f envoyBenchFlags, conns []*grpc.ClientConn
 				for i := range req.Descriptors {
 					req.Descriptors[i] = descs[rng.IntN(len(descs))]
 				}
-				// Each call has a deadline of its own, not the run's:
-				// a deadline that reaches the server shortens its
-				// store calls, and the outage behaviour would answer
-				// the calls in flight at the end of the run.
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+				// Each call has a deadline of its own, as Envoy gives
+				// it, not the run's: a deadline that reaches the
+				// server bounds its store calls, and the outage
+				// behaviour would answer the calls in flight at the
+				// end of the run.
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.callTimeout)
 				t := time.Now()
 				resp, err := client.ShouldRateLimit(cctx, req)
 				lat := time.Since(t)
