@@ -40,9 +40,10 @@ type policy struct {
 
 // env is what a contender needs to build its checker.
 type env struct {
-	addr   string
-	pool   int // go-redis pool size; 0 keeps go-redis's default
-	policy policy
+	addr     string
+	pool     int // go-redis pool size; 0 keeps go-redis's default
+	policy   policy
+	redisPID int // the redis-server this run started, whose CPU it reads (0: none)
 	// batch settings of the coalescing prototype
 }
 
@@ -85,6 +86,9 @@ func contenders() []contender {
 		{name: "floor (go-redis)", remote: true,
 			note:  "one-command Lua script (HINCRBY) by EVALSHA through go-redis: no limiter can do less per check",
 			build: newFloor},
+		{name: "skeleton (go-redis)", remote: true,
+			note:  "the skeleton script (TIME, GET, SET PX; decides nothing) by EVALSHA through go-redis: the least a bucket kept in one key on the server's clock does per check",
+			build: newSkeleton},
 		{name: "floor (rueidis auto-pipelining)", remote: true,
 			note:  "the same script through rueidis, which coalesces concurrent commands into pipelines",
 			build: newFloorRueidis},
@@ -135,6 +139,27 @@ func (f *floor) Check(ctx context.Context, subject string, _ int64) (bool, error
 	return true, f.c.EvalSha(ctx, FloorSHA, []string{"floor:" + subject}).Err()
 }
 func (f *floor) Close() { f.c.Close() }
+
+// skeleton runs SkeletonScript with the expiry our script sets after one
+// token of the policy.
+type skeleton struct {
+	c  *redis.Client
+	px int64
+}
+
+func newSkeleton(e env) (Checker, error) {
+	c := redis.NewClient(goRedisOptions(e))
+	if err := c.ScriptLoad(context.Background(), SkeletonScript).Err(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &skeleton{c, max(1, (1000+e.policy.rate-1)/e.policy.rate)}, nil
+}
+
+func (s *skeleton) Check(ctx context.Context, subject string, _ int64) (bool, error) {
+	return true, s.c.EvalSha(ctx, skeletonSHA, []string{"skel:" + subject}, s.px).Err()
+}
+func (s *skeleton) Close() { s.c.Close() }
 
 type floorRueidis struct {
 	c rueidis.Client

@@ -107,6 +107,15 @@ func sampleCPU(redisPID int) cpuSample {
 	return s
 }
 
+// redisTicks returns the CPU time, in ticks, of the redis-server this run
+// started (pid 0: none, and ok false).
+func redisTicks(pid int) (int64, bool) {
+	if pid <= 0 {
+		return 0, false
+	}
+	return procTicks("/proc/"+strconv.Itoa(pid)+"/stat", false)
+}
+
 // procTicks returns utime+stime of a /proc/<pid>/stat file, and with
 // children also cutime+cstime (the children waited for).
 func procTicks(path string, children bool) (int64, bool) {

@@ -206,12 +206,12 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 	} else {
 		return fmt.Errorf("redis at %s: %w", addr, err)
 	}
-	e := env{addr: addr, pool: cfg.pool, policy: p}
+	e := env{addr: addr, pool: cfg.pool, policy: p, redisPID: redisPID}
 	rep := &report{cfg: cfg, cmdline: cmdline, redisVersion: version, owned: owned, gomaxprocs: runtime.GOMAXPROCS(0), ncpu: runtime.NumCPU(), loadStart: loadText}
 
 	var cs []contender
 	for _, c := range contenders() {
-		if cfg.only == nil || cfg.only.MatchString(c.name) || c.name == "floor (go-redis)" || c.name == "redis_rate v10" {
+		if cfg.only == nil || cfg.only.MatchString(c.name) || c.name == "floor (go-redis)" || c.name == "skeleton (go-redis)" || c.name == "redis_rate v10" {
 			cs = append(cs, c)
 		}
 	}
@@ -366,7 +366,11 @@ func runThroughput(ctx context.Context, cs []contender, e env, cfg config, rep *
 			for _, n := range cfg.subjects {
 				for i, c := range cs {
 					subj := makeSubjects(fmt.Sprintf("r%dc%d", round, conc), n)
+					redis0, ok0 := redisTicks(e.redisPID)
 					r := runOne(chks[i], conc, subj, cfg.duration)
+					if redis1, ok1 := redisTicks(e.redisPID); ok0 && ok1 && c.remote {
+						r.redisCPU = time.Duration(redis1-redis0) * time.Second / clockTicks
+					}
 					k := runKey{c.name, conc, n}
 					rep.runs[k] = append(rep.runs[k], r)
 				}

@@ -45,6 +45,7 @@ type report struct {
 type stat struct {
 	rate, p50, p99, allowed, errFrac float64
 	cpu                              float64 // the client's CPU per check, ns (0: not read)
+	redisCPU                         float64 // redis-server's CPU per check, ns (0: not read)
 	spread                           float64 // (max-min)/median of the rates
 	errs                             int64
 	firstErr                         string
@@ -56,13 +57,16 @@ func (rep *report) stat(name string, conc, subjects int) (stat, bool) {
 	if len(rs) == 0 {
 		return stat{}, false
 	}
-	var rates, p50, p99, allowed, errFrac, cpu []float64
+	var rates, p50, p99, allowed, errFrac, cpu, redisCPU []float64
 	var s stat
 	for _, r := range rs {
 		rates = append(rates, r.rate())
 		p50 = append(p50, float64(r.p50))
 		p99 = append(p99, float64(r.p99))
 		cpu = append(cpu, float64(r.cpuPerOp()))
+		if r.ops > 0 {
+			redisCPU = append(redisCPU, float64(r.redisCPU)/float64(r.ops))
+		}
 		allowed = append(allowed, r.allowedFrac())
 		errFrac = append(errFrac, float64(r.errors)/math.Max(1, float64(r.ops)))
 		s.errs += r.errors
@@ -72,6 +76,9 @@ func (rep *report) stat(name string, conc, subjects int) (stat, bool) {
 	}
 	s.rate, s.p50, s.p99, s.allowed, s.errFrac = median(rates), median(p50), median(p99), median(allowed), median(errFrac)
 	s.cpu = median(cpu)
+	if len(redisCPU) > 0 {
+		s.redisCPU = median(redisCPU)
+	}
 	lo, hi := rates[0], rates[0]
 	for _, r := range rates {
 		lo, hi = math.Min(lo, r), math.Max(hi, r)
@@ -222,8 +229,8 @@ func mdEscape(s string) string {
 func (rep *report) writeThroughput(w io.Writer) {
 	cfg := rep.cfg
 	fmt.Fprintf(w, "### Decisions per second\n\n")
-	fmt.Fprintln(w, "| conc | subjects | limiter | decisions/s | × floor | × redis_rate | p50 | p99 | client CPU | allowed | errors | spread |")
-	fmt.Fprintln(w, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| conc | subjects | limiter | decisions/s | × floor | × redis_rate | p50 | p99 | client CPU | Redis CPU | allowed | errors | spread |")
+	fmt.Fprintln(w, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var errNotes []string
 	for _, conc := range cfg.conc {
 		for _, n := range cfg.subjects {
@@ -239,14 +246,14 @@ func (rep *report) writeThroughput(w io.Writer) {
 					errs = fmt.Sprintf("%.1f%%", 100*s.errFrac)
 					errNotes = append(errNotes, fmt.Sprintf("%s at %d×%d: %s", c.name, conc, n, s.firstErr))
 				}
-				fmt.Fprintf(w, "| %d | %d | %s | %s | %s | %s | %s | %s | %s | %.3f | %s | ±%.0f%% |\n",
+				fmt.Fprintf(w, "| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %.3f | %s | ±%.0f%% |\n",
 					conc, n, c.name, fmtRate(s.rate), ratio(s.rate, floor.rate), ratio(s.rate, rr.rate),
-					fmtDur(s.p50), fmtDur(s.p99), fmtCPU(s.cpu), s.allowed, errs, 50*s.spread)
+					fmtDur(s.p50), fmtDur(s.p99), fmtCPU(s.cpu), fmtCPU(s.redisCPU), s.allowed, errs, 50*s.spread)
 			}
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "client CPU: this process's CPU time (user and system) per decision over the run, the median of the rounds: the client's work, and the driver's own timing of each check, which every limiter pays alike (Redis's CPU is not in it: see the server section). spread: half the range of the rounds' decisions/s, relative to the median. Limiters:")
+	fmt.Fprintln(w, "client CPU: this process's CPU time (user and system) per decision over the run, the median of the rounds: the client's work, and the driver's own timing of each check, which every limiter pays alike. Redis CPU: the redis-server's CPU time (user and system, read from /proc to the 10 ms tick) per decision over the run, the median of the rounds, when the run started the server (– otherwise, and for an in-process limiter). spread: half the range of the rounds' decisions/s, relative to the median. Limiters:")
 	fmt.Fprintln(w)
 	for _, c := range rep.contenders {
 		fmt.Fprintf(w, "- %s: %s\n", c.name, c.note)

@@ -27,6 +27,9 @@ type result struct {
 	// client's, and the driver's own timing of each check, which every
 	// contender pays alike. 0 when it cannot be read.
 	cpu time.Duration
+	// redisCPU is the redis-server's CPU time over the run, to the tick
+	// (10 ms), when the run started it; 0 otherwise.
+	redisCPU time.Duration
 }
 
 // cpuPerOp is the client's CPU per check.

@@ -22,6 +22,8 @@ redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], t[1] .. t[2], 'PX', ARGV[1])
 return 1`
 
+var skeletonSHA = sha1hex(SkeletonScript)
+
 // serverScript is one script of the in-Redis comparison, with the ARGV of
 // one check of the benchmark's policy as its library passes them.
 type serverScript struct {
@@ -102,7 +104,7 @@ func serverScripts(p policy) ([]serverScript, error) {
 				}
 				return nil
 			}},
-		{name: scriptSkeleton, tag: "skel", body: SkeletonScript, sha: sha1hex(SkeletonScript), args: []any{px}, check: isInt},
+		{name: scriptSkeleton, tag: "skel", body: SkeletonScript, sha: skeletonSHA, args: []any{px}, check: isInt},
 		{name: scriptFloor, tag: "floor", body: FloorScript, sha: FloorSHA, check: isInt},
 	}, nil
 }

@@ -390,3 +390,33 @@ func TestABatchLoadsTheLibraryOncePerServer(t *testing.T) {
 		mc.Close()
 	}
 }
+
+// TestAUsualCallWithAMalformedBucket: a script call of usual checks (a cost
+// of 1, one limit), one of whose buckets is malformed, answers that key with
+// the error and decides the others, for calls of several sizes in turn: the
+// script keeps the table of such a reply from call to call, longer than a
+// call of fewer keys needs, and ends the reply after the call's keys.
+func TestAUsualCallWithAMalformedBucket(t *testing.T) {
+	_, client := standalone(t)
+	ctx := context.Background()
+	store := redisstore.New(client)
+	seedCorrupt(ctx, client)
+	limits := []ratelimit.Limit{ratelimit.PerSecond(10)}
+	for _, n := range []int{16, 2, 3, 9, 5, 16} {
+		items := make([]ratelimit.BatchItem, n)
+		for i := range items {
+			items[i] = ratelimit.BatchItem{Key: fmt.Sprintf("u%d", i), Request: ratelimit.Request{Limits: limits, Cost: 1}}
+		}
+		items[n/2].Key = "corrupt"
+		store.ApplyBatch(ctx, items)
+		for i, it := range items {
+			if i == n/2 {
+				if !errors.Is(it.Err, tokenbucket.ErrCorruptState) {
+					t.Errorf("%d keys: the malformed bucket: %+v %v, want ErrCorruptState", n, it.Decision, it.Err)
+				}
+			} else if it.Err != nil || !it.Decision.Allowed {
+				t.Errorf("%d keys: key %d: %+v %v, want allowed", n, i, it.Decision, it.Err)
+			}
+		}
+	}
+}

@@ -704,6 +704,62 @@ local function packed(reply, n)
   return struct.pack(f, unpack(reply, 1, n))
 end
 
+-- usual returns the limits and the cost of a key of the usual kind, its cost "1" (a check) or
+-- "-1" (a peek) and its policy one limit; for a key of any other kind, nil.
+local function usual(arg, pol)
+  local limits = memo[pol]
+  if limits == nil then limits = policy(pol) end
+  if not limits or limits.parts ~= 1 then return nil end
+  if arg == '1' then return limits, 1 end
+  if arg == '-1' then return limits, -1 end
+  return nil
+end
+
+-- plain decides a call in mode "each" whose every key is of the usual kind (see usual) and
+-- returns its reply; for any other call it returns nil, having changed nothing, and main's
+-- general path decides it. (Each key goes to step1 without the general path's work for costs,
+-- groups, records and standings: 4,800 instructions fewer a call of one key, 800 a key of
+-- sixteen.)
+local function plain(KEYS, ARGV, nkeys, now)
+  local reply, size, failed = nil, 6, false
+  if nkeys == 1 then
+    local limits, cost = usual(ARGV[3], ARGV[4])
+    if not limits then return nil end
+    local flags, remaining, reset, retry, back = step1(KEYS[1], limits[1], cost, now, true)
+    if flags == false then
+      flags, remaining, reset, retry, back = step(KEYS[1], limits, cost, nil, now, true, nil, nil, 0)
+    end
+    if not flags then return {5, {err = remaining}, 0, 0, 0, 0} end
+    return struct.pack('>BI7I7I7I7I7', 5, flags, remaining, reset, retry, back)
+  end
+  for j = 1, nkeys do
+    if not usual(ARGV[1 + 2 * j], ARGV[2 + 2 * j]) then return nil end
+  end
+  if nkeys > 16 then
+    reply, size = newReply(nkeys, 5)
+  else
+    reply, size = keptReply(nkeys)
+  end
+  for j = 1, nkeys do
+    local limits, cost = memo[ARGV[2 + 2 * j]], 1 -- (usual found each in the memo)
+    if ARGV[1 + 2 * j] ~= '1' then cost = -1 end
+    local flags, remaining, reset, retry, back = step1(KEYS[j], limits[1], cost, now, true)
+    if flags == false then
+      flags, remaining, reset, retry, back = step(KEYS[j], limits, cost, nil, now, true, nil, reply, 0)
+    end
+    local y = 2 + 5 * (j - 1)
+    if flags then
+      reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = flags, remaining, reset, retry, back
+    else
+      reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = {err = remaining}, 0, 0, 0, 0
+      failed = true
+    end
+  end
+  if not failed then return packed(reply, 1 + 5 * nkeys) end
+  if size > 1 + 5 * nkeys then reply[2 + 5 * nkeys] = nil end -- (the end of the array: see newReply)
+  return reply
+end
+
 -- main is one call: the keys and arguments of the header, and its reply.
 local function main(KEYS, ARGV)
   local now, mode = ARGV[1], ARGV[2]
@@ -744,6 +800,10 @@ local function main(KEYS, ARGV)
     if now == nil or now ~= now or now < 0 or now > MAXTIME or now % 1 ~= 0 then
       return redis.error_reply(MALFORMED)
     end
+  end
+  if mode == 'each' and #ARGV == 2 + 2 * nkeys then
+    local reply = plain(KEYS, ARGV, nkeys, now)
+    if reply then return reply end
   end
 
   -- W, the integers a key (see the header): a call of several keys gives it after them when it
