@@ -701,8 +701,11 @@ func differential(t *testing.T, client redis.UniversalClient, call callFunc) {
 				minCap = min(minCap, q.Allowance)
 			}
 			r := ratelimit.Request{Limits: policy, Quotas: pol.quotas, Cost: 1 + rng.Int64N(min(minCap, 12)), Now: time.UnixMicro(now)}
-			if rng.IntN(10) == 0 {
+			switch rng.IntN(10) {
+			case 0:
 				r.Cost = minCap
+			case 1, 2, 3:
+				r.Cost = 1 // (a check or a peek of 1: the script's shortest path, for a policy of one limit and a quota at most)
 			}
 			what := fmt.Sprintf("seq %d step %d (%+v at %d)", seq, step, r, now)
 			op := rng.IntN(100)
