@@ -57,7 +57,7 @@ func runEnvoyBench(ctx context.Context, env Env, args []string) error {
 	fs.Int64Var(&f.rate, "rate", 1000, "without --target, the rule's requests_per_unit (unit second)")
 	fs.StringVar(&f.domain, "domain", "bench", "the request's domain")
 	fs.StringVar(&f.key, "key", "subject", "the descriptor's key")
-	fs.DurationVar(&f.callTimeout, "call-timeout", 20*time.Millisecond, "each call's deadline (Envoy's rate limit filter's default `timeout`, 20ms)")
+	fs.DurationVar(&f.callTimeout, "call-timeout", 20*time.Millisecond, "each call's `deadline` (20ms: Envoy's rate limit filter's default timeout)")
 	if err := f.load.parse(fs, args); err != nil {
 		return err
 	}

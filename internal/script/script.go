@@ -188,8 +188,8 @@ func costList(costs []int64) string {
 // without a lock. Each redisstore.Store has its own; the zero Encoder is
 // ready to use and safe for simultaneous use.
 type Encoder struct {
-	mu sync.Mutex
-	m  atomic.Pointer[map[ratelimit.Limit]any] // each value a string, boxed once
+	limits cache[ratelimit.Limit, any] // the argument of a policy of one limit, a string boxed once
+	quotas cache[quotaKey, quotaArg]   // the argument of a limit and a quota, in a window
 
 	// Clock, when not nil, is the time the windows of a request's quotas
 	// are found around when the request carries none (the server's clock
@@ -217,12 +217,23 @@ func (e *Encoder) policyOf(r ratelimit.Request) any {
 		}
 	}
 	us := t.UnixMicro()
+	var key quotaKey
+	usual := len(r.Limits) == 1 && len(r.Quotas) == 1
+	if usual {
+		// The usual policy of a limit and a quota: its argument holds
+		// while its window does.
+		key = quotaKey{r.Limits[0], r.Quotas[0]}
+		if a, ok := e.quotas.load(key); ok && a.s <= us && us < a.e {
+			return a.arg
+		}
+	}
 	b := make([]byte, 0, 2+21*len(r.Limits)+35*len(r.Quotas))
 	b = append(b, byte(len(r.Limits)))
 	for _, l := range r.Limits {
 		b = appendLimit(b, tokenbucket.Lowest(l))
 	}
 	b = append(b, byte(len(r.Quotas)))
+	var arg quotaArg
 	for _, q := range r.Quotas {
 		ps, s, end, ne := calendar.Around(uint8(q.Period), q.Start, us)
 		b = appendUint56(b, q.Allowance)
@@ -230,9 +241,28 @@ func (e *Encoder) policyOf(r ratelimit.Request) any {
 		b = appendUint56(b, s)
 		b = appendUint56(b, end)
 		b = appendUint56(b, ne)
+		arg.s, arg.e = s, end
 	}
-	return string(b)
+	arg.arg = string(b)
+	if usual {
+		e.quotas.store(key, arg)
+	}
+	return arg.arg
 }
+
+// quotaKey is a policy of one limit and one quota; quotaArg its argument
+// around a time in the window [s, e), which is its argument at any time of
+// that window.
+type (
+	quotaKey struct {
+		limit ratelimit.Limit
+		quota ratelimit.Quota
+	}
+	quotaArg struct {
+		arg  any
+		s, e int64
+	}
+)
 
 // maxCachedPolicies bounds an Encoder's cache; policies beyond it are
 // encoded per check.
@@ -251,27 +281,45 @@ func (e *Encoder) policy(limits []ratelimit.Limit) any {
 		return string(b)
 	}
 	l := limits[0]
-	if m := e.m.Load(); m != nil {
-		if a, ok := (*m)[l]; ok {
-			return a
-		}
-	}
-	var a any = string(appendLimit([]byte{1}, tokenbucket.Lowest(l)))
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	old := e.m.Load()
-	if old != nil && len(*old) >= maxCachedPolicies {
+	if a, ok := e.limits.load(l); ok {
 		return a
 	}
-	next := make(map[ratelimit.Limit]any, 1+lenOf(old))
-	if old != nil {
-		for k, v := range *old {
-			next[k] = v
-		}
-	}
-	next[l] = a
-	e.m.Store(&next)
+	var a any = string(appendLimit([]byte{1}, tokenbucket.Lowest(l)))
+	e.limits.store(l, a)
 	return a
+}
+
+// cache is a map that readers load without a lock and each store copies, of
+// at most maxCachedPolicies keys (a new key beyond them is not kept; a key
+// already there is replaced).
+type cache[K comparable, V any] struct {
+	mu sync.Mutex
+	m  atomic.Pointer[map[K]V]
+}
+
+func (c *cache[K, V]) load(k K) (v V, ok bool) {
+	if m := c.m.Load(); m != nil {
+		v, ok = (*m)[k]
+	}
+	return v, ok
+}
+
+func (c *cache[K, V]) store(k K, v V) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[K]V
+	if m := c.m.Load(); m != nil {
+		old = *m
+	}
+	if _, there := old[k]; !there && len(old) >= maxCachedPolicies {
+		return
+	}
+	next := make(map[K]V, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[k] = v
+	c.m.Store(&next)
 }
 
 // appendLimit appends l's capacity, refill tokens and refill period (µs),
@@ -281,13 +329,6 @@ func appendLimit(b []byte, l ratelimit.Limit) []byte {
 	b = appendUint56(b, l.Capacity)
 	b = appendUint56(b, l.RefillTokens)
 	return appendUint56(b, l.RefillPeriod.Microseconds())
-}
-
-func lenOf(m *map[ratelimit.Limit]any) int {
-	if m == nil {
-		return 0
-	}
-	return len(*m)
 }
 
 // ParseReply turns the script's reply to a call of one check of r into a
