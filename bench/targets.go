@@ -107,6 +107,13 @@ func (rep *report) storeTargets() []target {
 		why := fmt.Sprintf("needs -sections throughput -conc %d -subjects %d", targetConc, targetSubjects)
 		ts = append(ts, missing(n1, "≥ 2 (goal 2.5)", why), missing(n1f, "≥ 1", why))
 	}
+	// Redis's CPU per decision in the same runs.
+	n1r := fmt.Sprintf("1. conc %d, %d subjects: ours (redisstore) ÷ redis_rate v10, Redis CPU per decision", targetConc, targetSubjects)
+	if okO && okR && o.redisCPU > 0 && r.redisCPU > 0 {
+		ts = append(ts, atMost(n1r, fmtCPU(o.redisCPU)+" ÷ "+fmtCPU(r.redisCPU), o.redisCPU, r.redisCPU, 0.4))
+	} else {
+		ts = append(ts, missing(n1r, "≤ 0.4", fmt.Sprintf("needs -sections throughput -conc %d -subjects %d, on Linux with the redis-server the run starts", targetConc, targetSubjects)))
+	}
 
 	// 2. Concurrency 1: p50 against the go-redis floor's.
 	n2 := fmt.Sprintf("2. conc 1, %d subjects: ours (redisstore) p50 ÷ go-redis floor p50", targetSubjects)
