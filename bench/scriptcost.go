@@ -17,8 +17,7 @@ import (
 // of its own (a missing bucket); "hot" reuses one, which holds a bucket
 // from the start. The least of five tries
 // is kept, which sheds most of the noise of a shared machine. Each body is
-// the whole script, as shipped by its library: tokenbucket.lua is now one
-// path, and the cuts of the old script (a row per stage) are gone with it.
+// the whole script, as shipped by its library.
 
 const harnessIters = 2000
 
