@@ -98,6 +98,9 @@ func contenders() []contender {
 		{name: "ours: redisstore, and a monthly quota", remote: true,
 			note:  "the same with a quota of a calendar month beside the limit (ratelimit.WithQuotas), which the run never exhausts",
 			build: newOursRedisQuota},
+		{name: "ours: redisstore, by Plans", remote: true,
+			note:  "the same policy as the default plan of a ratelimit.Plans (two plans; no subject assigned): Plans.For, then its Limiter",
+			build: newOursPlans},
 		{name: "ours: redisstore WithoutCoalescing", remote: true,
 			note:  "the same with redisstore.WithoutCoalescing(): one EVALSHA round trip per check",
 			build: newOursRedisSingle},
@@ -229,6 +232,34 @@ func newOursRedisQuota(e env) (Checker, error) {
 	}
 	return &ours{lim: lim, close: func() { c.Close() }}, nil
 }
+
+// oursPlans checks each subject through its plan's Limiter.
+type oursPlans struct {
+	plans *ratelimit.Plans[string]
+	close func()
+}
+
+func newOursPlans(e env) (Checker, error) {
+	c := redis.NewClient(goRedisOptions(e))
+	free := ourLimit(e)
+	pro := ratelimit.NewLimit(10*e.policy.rate, time.Second, 10*e.policy.burst)
+	p, err := ratelimit.NewPlans[string](redisstore.New(c), []ratelimit.Plan{
+		{Name: "free", Limits: []ratelimit.Limit{free}},
+		{Name: "pro", Limits: []ratelimit.Limit{pro}},
+	}, "free", ratelimit.WithNamespace("rlp"))
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &oursPlans{plans: p, close: func() { p.Close(); c.Close() }}, nil
+}
+
+func (o *oursPlans) Check(ctx context.Context, subject string, cost int64) (bool, error) {
+	_, lim := o.plans.For(subject)
+	d, err := lim.TryAcquireN(ctx, subject, cost)
+	return d.Allowed, err
+}
+func (o *oursPlans) Close() { o.close() }
 
 func newOursRedisSingle(e env) (Checker, error) {
 	c := redis.NewClient(goRedisOptions(e))

@@ -107,6 +107,19 @@ func (rep *report) storeTargets() []target {
 		why := fmt.Sprintf("needs -sections throughput -conc %d -subjects %d", targetConc, targetSubjects)
 		ts = append(ts, missing(n1, "≥ 2 (goal 2.5)", why), missing(n1f, "≥ 1", why))
 	}
+	// What the policy's capabilities cost the same checks: a monthly quota,
+	// and the policy given as a plan.
+	for _, c := range []struct {
+		name  string
+		bound float64
+	}{{"ours: redisstore, and a monthly quota", 0.85}, {"ours: redisstore, by Plans", 0.95}} {
+		n := fmt.Sprintf("1. conc %d, %d subjects: %s ÷ ours (redisstore), decisions/s", targetConc, targetSubjects, c.name)
+		if x, ok := rep.stat(c.name, targetConc, targetSubjects); ok && okO {
+			ts = append(ts, atLeast(n, fmtRate(x.rate)+" ÷ "+fmtRate(o.rate), x.rate, o.rate, c.bound))
+		} else {
+			ts = append(ts, missing(n, fmt.Sprintf("≥ %.2f", c.bound), fmt.Sprintf("needs -sections throughput -conc %d -subjects %d", targetConc, targetSubjects)))
+		}
+	}
 	// Redis's CPU per decision in the same runs.
 	n1r := fmt.Sprintf("1. conc %d, %d subjects: ours (redisstore) ÷ redis_rate v10, Redis CPU per decision", targetConc, targetSubjects)
 	if okO && okR && o.redisCPU > 0 && r.redisCPU > 0 {
