@@ -758,8 +758,9 @@ local function usual(arg, pol)
   return nil
 end
 
--- kept10: the reply table of a call of one key of a limit and a quota (W = 9), kept as kept6 is.
-local kept10
+-- kept10: the reply table of a call of one key of a limit and a quota (W = 9), kept as kept6 is;
+-- kept9[k], of k such keys (each made when first needed, as scratch is).
+local kept10, kept9
 
 -- plain decides a call in mode "each" whose every key is of the usual kind (see usual), each
 -- policy one limit (W = 5) or each a limit and a quota (W = 9), and returns its reply; for any
@@ -787,7 +788,13 @@ local function plain(KEYS, ARGV, nkeys, now)
     if not kept10 then kept10 = newReply(1, 9) end
     reply = kept10
   elseif w == 9 then
-    reply, size = newReply(nkeys, 9)
+    -- (Every slot of every key is written below: the table is kept as keptReply's are.)
+    if not kept9 then kept9 = {} end
+    reply = kept9[nkeys]
+    if not reply then
+      reply = newReply(nkeys, 9)
+      kept9[nkeys] = reply
+    end
   elseif nkeys > 16 then
     reply, size = newReply(nkeys, 5)
   elseif nkeys > 1 then
