@@ -389,7 +389,7 @@ func ParseCall(reply any, k int) (Reply, error) {
 
 // value returns value i of key j's entry, which is an integer of at least 0
 // when ok.
-func (rp *Reply) value(j, i int) (x int64, ok bool) {
+func (rp Reply) value(j, i int) (x int64, ok bool) {
 	at := rp.w*j + i
 	if rp.arr != nil {
 		x, ok = rp.arr[at].(int64)

@@ -141,6 +141,15 @@ local function px(reset, wait)
   return string.format('%d', ms)
 end
 
+-- window returns the start and end of quota q's window, of the three the caller gave around its
+-- clock (the previous, its own, the next), that holds t; or nil when none does.
+local function window(q, t)
+  if q.s <= t and t < q.e then return q.s, q.e end
+  if q.ps <= t and t < q.s then return q.ps, q.s end
+  if q.e <= t and t < q.ne then return q.e, q.ne end
+  return nil
+end
+
 -- scratch is the table of step's levels, one per library: step runs one key at a time and keeps
 -- nothing in it past its return, so it is made once rather than for every key (a table made and
 -- collected costs some 1,000 instructions). scratchBands holds the tables of a stored bucket's bands,
@@ -332,14 +341,8 @@ local function step(key, limits, cost, costs, now, take, held, reply, y)
     local taken = 0 -- the stored quota bands taken: bit k-1 for band k
     for j = 1, nq do
       local q = quotas[j]
-      local s, e
-      if q.s <= t0 and t0 < q.e then
-        s, e = q.s, q.e
-      elseif q.ps <= t0 and t0 < q.s then
-        s, e = q.ps, q.s
-      elseif q.e <= t0 and t0 < q.ne then
-        s, e = q.e, q.ne
-      else
+      local s, e = window(q, t0)
+      if not s then
         return nil, 'ratelimit: the server\'s clock is more than a quota window away from the caller\'s'
       end
       q.ws, q.we, q.u = s, e, 0
@@ -563,15 +566,8 @@ local function step1(key, l, q, cost, now, take, reply, y)
   end
   local ws, we, u = 0, 0, 0 -- q's window that holds t0, and what it used there
   if q then
-    if q.s <= t0 and t0 < q.e then
-      ws, we = q.s, q.e
-    elseif q.ps <= t0 and t0 < q.s then
-      ws, we = q.ps, q.s
-    elseif q.e <= t0 and t0 < q.ne then
-      ws, we = q.e, q.ne
-    else
-      return false
-    end
+    ws, we = window(q, t0)
+    if not ws then return false end
     if bs == ws and be == we then u = bu end
   end
   local flags, retry, write, bound = 0, 0, false, 1
