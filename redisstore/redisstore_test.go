@@ -182,9 +182,11 @@ func TestTheScriptRefusesWhatValidateRefuses(t *testing.T) {
 		rawArgs("", "x", [3]int64{5, 5, 1000000}),
 		rawArgs("", "nan", [3]int64{5, 5, 1000000}),
 		rawArgs("", "inf", [3]int64{5, 5, 1000000}),
-		{"", "each", 1, "\x01\x00\x00"},                             // a policy cut short
-		{"", "each", 1},                                             // no policy
-		{"", "some", 1, rawArgs("", 1, [3]int64{5, 5, 1000000})[3]}, // no such mode
+		{"", "each", 1, "\x01\x00\x00"},                                // a policy cut short
+		{"", "each", 1},                                                // no policy
+		{"", "some", 1, rawArgs("", 1, [3]int64{5, 5, 1000000})[3]},    // no such mode
+		{"", "each", 1, rawArgs("", 1, [3]int64{5, 5, 1000000})[3], 9}, // a width after one key
+		{}, // no arguments at all
 	} {
 		if _, err := exec(ctx, client, "twin-bad", argv...); err == nil || !strings.Contains(err.Error(), malformed) {
 			t.Errorf("script accepted %q: err = %v", argv, err)

@@ -102,6 +102,20 @@ local MAX, MAXTIME = 9007199254740992, 4503599627370496 -- 2^53, 2^52
 local MALFORMED = 'ratelimit: invalid argument: malformed argument'
 local CORRUPT = 'ratelimit: malformed bucket state: '
 
+-- The functions of Redis's Lua that the usual call's path (main, plain, step1, px, packed) calls,
+-- bound to these locals by main's first call: a function of a library reads a global through two
+-- tables (its globals are an empty table whose metatable indexes Redis's) and then its field,
+-- where a local is one step (3,500 instructions fewer a call of one key); the library's code
+-- cannot read them while it loads. The general path reads them as globals: as a script (EVAL),
+-- every local a function captures costs each call a search of the open upvalues, so only the
+-- usual path's functions capture them.
+local rcall, rpcall, spack, sunpack, sformat, spread, typeof
+
+local function bind()
+  rcall, rpcall, spack, sunpack = redis.call, redis.pcall, struct.pack, struct.unpack
+  sformat, spread, typeof = string.format, unpack, type
+end
+
 -- arith.CeilDiv: ⌈a/b⌉ for b >= 1, 0 for a <= 0.
 local function ceilDiv(a, b)
   if a <= 0 then return 0 end
@@ -138,7 +152,7 @@ local function px(reset, wait)
     ms = ms + 1
   end
   if ms < 1 then ms = 1 end
-  return string.format('%d', ms)
+  return sformat('%d', ms)
 end
 
 -- window returns the start and end of quota q's window, of the three the caller gave around its
@@ -538,17 +552,17 @@ local function step1(key, l, q, cost, now, take, reply, y)
   local need, c, p, r, full = cost, l.c, l.p, l.r, l.full
   if need < 0 then need = -need end
   if need > c then return nil, MALFORMED end -- (with q, a cost of 1, within any allowance)
-  local raw = redis.pcall('GET', key)
+  local raw = rpcall('GET', key)
   local t0, back, level = now, 0, full
   local bs, be, bu -- q's stored band: its window and what it used there
   if raw then
-    if type(raw) ~= 'string' then return false end
+    if typeof(raw) ~= 'string' then return false end
     local len, v, last, lv, bc, br, bp, m, sq = #raw
     if len == 36 then
-      v, last, lv, bc, br, bp = struct.unpack('>BI7i7I7I7I7', raw)
+      v, last, lv, bc, br, bp = sunpack('>BI7i7I7I7I7', raw)
       if (v ~= 1 or lv < 0) and (v ~= 2 or lv >= 0) then return false end
     elseif q and len == 59 then
-      v, last, m, sq, lv, bc, br, bp, bs, be, bu = struct.unpack('>BI7BBi7I7I7I7i7i7I7', raw)
+      v, last, m, sq, lv, bc, br, bp, bs, be, bu = sunpack('>BI7BBi7I7I7I7i7i7I7', raw)
       if v ~= 3 or m ~= 1 or sq ~= 1 or bs >= be or bs < -MAX or be > MAX or bu > MAX then return false end
     else
       return false
@@ -595,11 +609,11 @@ local function step1(key, l, q, cost, now, take, reply, y)
   if write then
     local value
     if q then
-      value = struct.pack('>BI7BBi7I7I7I7i7i7I7', 3, t0, 1, 1, level, c, r, p, ws, we, u)
+      value = spack('>BI7BBi7I7I7I7i7i7I7', 3, t0, 1, 1, level, c, r, p, ws, we, u)
     else
-      value = struct.pack('>BI7i7I7I7I7', 1, t0, level, c, r, p)
+      value = spack('>BI7i7I7I7I7', 1, t0, level, c, r, p)
     end
-    redis.call('SET', key, value, 'PX', px(reset, back))
+    rcall('SET', key, value, 'PX', px(reset, back))
   end
   return flags + 16 * (bound - 1), remaining, reset, retry, back
 end
@@ -732,7 +746,7 @@ local formats
 -- each slot, 5,700 instructions for one key, where a string is copied.
 local function packed(reply, n)
   if n == 6 then
-    return struct.pack('>BI7I7I7I7I7', reply[1], reply[2], reply[3], reply[4], reply[5], reply[6])
+    return spack('>BI7I7I7I7I7', reply[1], reply[2], reply[3], reply[4], reply[5], reply[6])
   end
   if not formats then formats = {} end
   local f = formats[n]
@@ -740,7 +754,7 @@ local function packed(reply, n)
     f = '>B' .. string.rep('I7', n - 1)
     formats[n] = f
   end
-  return struct.pack(f, unpack(reply, 1, n))
+  return spack(f, spread(reply, 1, n))
 end
 
 -- usual returns the limits and the cost of a key of the usual kind, its cost "1" (a check) or
@@ -760,19 +774,33 @@ local kept10, kept9
 
 -- plain decides a call in mode "each" whose every key is of the usual kind (see usual), each
 -- policy one limit (W = 5) or each a limit and a quota (W = 9), and returns its reply; for any
--- other call it returns nil, having changed nothing, and main's general path decides it. (Each
+-- other call it returns nil, having changed nothing, and general decides it. (Each
 -- key goes to step1 without the general path's work for costs, groups, records and standings:
 -- 4,800 instructions fewer a call of one key, 800 a key of sixteen.)
 local function plain(KEYS, ARGV, nkeys, now)
   local w, limits, cost = 5, nil, nil -- W: from the policy for one key, given after several
+  local nargs = #ARGV
   if nkeys == 1 then
+    if nargs ~= 4 then return nil end
     limits, cost = usual(ARGV[3], ARGV[4])
     if not limits then return nil end
-    if limits.q then w = 9 end
+    if not limits.q then
+      -- One key of one limit: its reply packed from the integers.
+      local key = KEYS[1]
+      local flags, remaining, reset, retry, back = step1(key, limits[1], nil, cost, now, true)
+      if flags == false then
+        flags, remaining, reset, retry, back = step(key, limits, cost, nil, now, true, nil, nil, 2)
+      end
+      if not flags then return {5, {err = remaining}, 0, 0, 0, 0} end
+      return spack('>BI7I7I7I7I7', 5, flags, remaining, reset, retry, back)
+    end
+    w = 9
   else
-    if #ARGV == 3 + 2 * nkeys then
+    if nargs == 3 + 2 * nkeys then
       if ARGV[3 + 2 * nkeys] ~= '9' then return nil end
       w = 9
+    elseif nargs ~= 2 + 2 * nkeys or nkeys == 0 then
+      return nil
     end
     for j = 1, nkeys do
       local l = usual(ARGV[1 + 2 * j], ARGV[2 + 2 * j])
@@ -806,11 +834,6 @@ local function plain(KEYS, ARGV, nkeys, now)
     if flags == false then
       flags, remaining, reset, retry, back = step(KEYS[j], limits, cost, nil, now, true, nil, reply, y)
     end
-    if not reply then
-      -- One key of one limit: its reply packed from the integers.
-      if not flags then return {5, {err = remaining}, 0, 0, 0, 0} end
-      return struct.pack('>BI7I7I7I7I7', 5, flags, remaining, reset, retry, back)
-    end
     if flags then
       reply[y], reply[y + 1], reply[y + 2], reply[y + 3], reply[y + 4] = flags, remaining, reset, retry, back
     else
@@ -824,9 +847,9 @@ local function plain(KEYS, ARGV, nkeys, now)
   return reply
 end
 
--- main is one call: the keys and arguments of the header, and its reply.
-local function main(KEYS, ARGV)
-  local now, mode = ARGV[1], ARGV[2]
+-- general decides a call of any kind at now (µs), and returns its reply.
+local function general(KEYS, ARGV, now)
+  local mode = ARGV[2]
   local nkeys, groups = #KEYS, nil
   local reserve, settle, refund = mode == 'reserve', mode == 'settle', mode == 'refund'
   local keep -- reserve: the record's lifetime in ms
@@ -855,19 +878,6 @@ local function main(KEYS, ARGV)
       groups[#groups + 1], sum = size, sum + size
     end
     if sum ~= nkeys then return redis.error_reply(MALFORMED) end
-  end
-  if now == '' then
-    local t = redis.call('TIME')
-    now = t[1] * 1000000 + t[2]
-  else
-    now = tonumber(now)
-    if now == nil or now ~= now or now < 0 or now > MAXTIME or now % 1 ~= 0 then
-      return redis.error_reply(MALFORMED)
-    end
-  end
-  if mode == 'each' then
-    local reply = plain(KEYS, ARGV, nkeys, now)
-    if reply then return reply end
   end
 
   -- W, the integers a key (see the header): a call of several keys gives it after them when it
@@ -1067,6 +1077,27 @@ local function main(KEYS, ARGV)
     reply[2 + w * nkeys] = nil -- (the end of the array: see newReply)
   end
   return reply
+end
+
+-- main is one call: the keys and arguments of the header, and its reply. It reads the clock, and
+-- a call of the usual kind goes to plain, any other to general.
+local function main(KEYS, ARGV)
+  if not rcall then bind() end
+  local now = ARGV[1]
+  if now == '' then
+    local t = rcall('TIME')
+    now = t[1] * 1000000 + t[2]
+  else
+    now = now and tonumber(now)
+    if not now or now ~= now or now < 0 or now > MAXTIME or now % 1 ~= 0 then
+      return redis.error_reply(MALFORMED)
+    end
+  end
+  if ARGV[2] == 'each' then
+    local reply = plain(KEYS, ARGV, #KEYS, now)
+    if reply then return reply end
+  end
+  return general(KEYS, ARGV, now)
 end
 
 if redis.register_function then
