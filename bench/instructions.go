@@ -37,27 +37,44 @@ const (
 	instrSubjects       = 1000
 )
 
-func measureInstructions(ctx context.Context, p policy, ks []int, quota, eval bool) ([]instructionCount, error) {
+// instrScript is what the instructions section runs: our script (by FCALL,
+// or with eval by EVALSHA of its body; with quota, its policy has a monthly
+// quota), or the skeleton by EVALSHA, one key a call.
+type instrScript struct {
+	quota, eval, skeleton bool
+}
+
+func measureInstructions(ctx context.Context, p policy, ks []int, s instrScript) ([]instructionCount, error) {
 	var out []instructionCount
 	for _, k := range ks {
-		few, err := callgrindRun(ctx, p, k, instrFew, quota, eval)
+		perOp, err := instructionsPerDecision(ctx, p, k, s)
 		if err != nil {
 			return nil, err
 		}
-		many, err := callgrindRun(ctx, p, k, instrMany, quota, eval)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, instructionCount{k: k, perOp: float64(many-few) / float64((instrMany-instrFew)*k)})
+		out = append(out, instructionCount{k: k, perOp: perOp})
 	}
 	return out, nil
 }
 
-// callgrindRun starts redis-server under callgrind, sends calls script calls
-// of k keys (by FCALL, or with eval by EVALSHA of the script's body, as
-// redisstore calls a server without functions), stops it and returns the
-// instructions it executed.
-func callgrindRun(ctx context.Context, p policy, k, calls int, quota, eval bool) (int64, error) {
+// instructionsPerDecision runs s twice, for few and for many calls of k keys,
+// and returns the difference of their instructions per extra decision.
+func instructionsPerDecision(ctx context.Context, p policy, k int, s instrScript) (float64, error) {
+	few, err := callgrindRun(ctx, p, k, instrFew, s)
+	if err != nil {
+		return 0, err
+	}
+	many, err := callgrindRun(ctx, p, k, instrMany, s)
+	if err != nil {
+		return 0, err
+	}
+	return float64(many-few) / float64((instrMany-instrFew)*k), nil
+}
+
+// callgrindRun starts redis-server under callgrind, sends calls calls of s
+// of k keys (ours by FCALL, or with s.eval by EVALSHA of the script's body,
+// as redisstore calls a server without functions; the skeleton by EVALSHA,
+// k 1), stops it and returns the instructions it executed.
+func callgrindRun(ctx context.Context, p policy, k, calls int, s instrScript) (int64, error) {
 	vg, err := findBinary("valgrind")
 	if err != nil {
 		return 0, fmt.Errorf("%w (apt-get install valgrind)", err)
@@ -99,8 +116,11 @@ func callgrindRun(ctx context.Context, p policy, k, calls int, quota, eval bool)
 	if err := c.ScriptLoad(ctx, script.Source).Err(); err != nil {
 		return 0, err
 	}
+	if err := c.ScriptLoad(ctx, SkeletonScript).Err(); err != nil {
+		return 0, err
+	}
 	r := ratelimit.Request{Limits: []ratelimit.Limit{ourLimit(env{policy: p})}, Cost: 1}
-	if quota {
+	if s.quota {
 		r.Quotas = []ratelimit.Quota{ratelimit.CalendarQuota(1<<50, ratelimit.Month, nil)}
 	}
 	var enc script.Encoder
@@ -111,13 +131,16 @@ func callgrindRun(ctx context.Context, p policy, k, calls int, quota, eval bool)
 			keys[j] = fmt.Sprintf("ic:%d", (i*k+j)%instrSubjects)
 			args = enc.AppendRequest(args, r)
 		}
-		if quota && k > 1 {
+		if s.quota && k > 1 {
 			args = append(args, int64(script.ReplyLen+2*2)) // the reply's width: two parts
 		}
 		var err error
-		if eval {
+		switch {
+		case s.skeleton:
+			err = c.EvalSha(ctx, skeletonSHA, keys[:1], skeletonPX(p)).Err()
+		case s.eval:
 			err = c.EvalSha(ctx, script.SHA, keys, args...).Err()
-		} else {
+		default:
 			err = c.FCall(ctx, script.Function, keys, args...).Err()
 		}
 		if err != nil {

@@ -156,7 +156,7 @@ func newSkeleton(e env) (Checker, error) {
 		c.Close()
 		return nil, err
 	}
-	return &skeleton{c, max(1, (1000+e.policy.rate-1)/e.policy.rate)}, nil
+	return &skeleton{c, skeletonPX(e.policy)}, nil
 }
 
 func (s *skeleton) Check(ctx context.Context, subject string, _ int64) (bool, error) {

@@ -289,7 +289,7 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 		if cfg.instrRate > 0 {
 			ip.rate = cfg.instrRate
 		}
-		ic, err := measureInstructions(ctx, ip, cfg.instrKeys, cfg.instrQuota, cfg.instrEval)
+		ic, err := measureInstructions(ctx, ip, cfg.instrKeys, instrScript{quota: cfg.instrQuota, eval: cfg.instrEval})
 		if err != nil {
 			return fmt.Errorf("instructions: %w", err)
 		}
@@ -297,6 +297,10 @@ func run(cfg config, cmdline string, out, progress io.Writer) error {
 		for _, c := range ic {
 			logf("  K=%-2d %8.0f instructions per decision", c.k, c.perOp)
 		}
+		if rep.instrSkeleton, err = instructionsPerDecision(ctx, ip, 1, instrScript{skeleton: true}); err != nil {
+			return fmt.Errorf("instructions, the skeleton: %w", err)
+		}
+		logf("  the skeleton %8.0f instructions per call", rep.instrSkeleton)
 	}
 
 	if cfg.sections["lease"] {

@@ -36,9 +36,11 @@ type report struct {
 	ceiling      []ceilingResult
 	local        []localResult
 	instructions []instructionCount
-	scriptCosts  []scriptCost
-	localNotes   []string
-	leases       [2][]leaseRun // by leaseModes
+	// instrSkeleton: the skeleton's instructions per call, by EVALSHA, one key a call
+	instrSkeleton float64
+	scriptCosts   []scriptCost
+	localNotes    []string
+	leases        [2][]leaseRun // by leaseModes
 }
 
 // stat is the median over the rounds of one configuration.
@@ -334,6 +336,16 @@ func (rep *report) writeInstructions(w io.Writer) {
 		fmt.Fprintf(w, "| %d | %.0f |\n", c.k, c.perOp)
 	}
 	fmt.Fprintln(w)
+	if rep.instrSkeleton > 0 {
+		fmt.Fprintf(w, "The skeleton (TIME, GET, SET PX; deciding nothing) by EVALSHA, one key a call, the same subjects and expiry: %.0f instructions a call", rep.instrSkeleton)
+		for _, c := range rep.instructions {
+			if c.k == 1 {
+				fmt.Fprintf(w, " (ours at K=1 costs %.2f× as many: the skeleton ÷ ours %.2f)", c.perOp/rep.instrSkeleton, rep.instrSkeleton/c.perOp)
+			}
+		}
+		fmt.Fprintln(w, ".")
+		fmt.Fprintln(w)
+	}
 }
 
 func (rep *report) writeLocal(w io.Writer) {

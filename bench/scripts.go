@@ -24,6 +24,13 @@ return 1`
 
 var skeletonSHA = sha1hex(SkeletonScript)
 
+// skeletonPX is the skeleton's expiry (ms) for a check of p, our key's after
+// one token: it lives until the bucket is full again, one token at p.rate
+// per second, in ms rounded up, at least 1 ms.
+func skeletonPX(p policy) int64 {
+	return max(1, (1000+p.rate-1)/p.rate)
+}
+
 // serverScript is one script of the in-Redis comparison, with the ARGV of
 // one check of the benchmark's policy as its library passes them.
 type serverScript struct {
@@ -69,9 +76,7 @@ func serverScripts(p policy) ([]serverScript, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis_rate's script: %w", err)
 	}
-	// Our key lives until the bucket is full again: one token at p.rate per
-	// second, in ms rounded up, at least 1 ms.
-	px := max(1, (1000+p.rate-1)/p.rate)
+	px := skeletonPX(p)
 	isInt := func(reply any) error {
 		if _, ok := reply.(int64); !ok {
 			return errors.New("want an integer")
