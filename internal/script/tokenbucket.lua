@@ -546,8 +546,9 @@ end
 -- (36 bytes; 59 with q's band). It returns what step returns, and with q writes the standings of
 -- l and q into reply from reply[y + 5]; or false, having read the bucket and changed nothing,
 -- when step must decide (a bucket another policy wrote, one it would refuse as malformed, or a
--- clock a window away, which step says why). The same decision as step's, in a fraction of its
--- instructions: no table, no loop.
+-- clock a window away, which step says why; or bytes of c, r and p other than the policy's, which
+-- step reads as numbers). The same decision as step's, in a fraction of its instructions: no
+-- table, no loop.
 local function step1(key, l, q, cost, now, take, reply, y)
   local need, c, p, r, full = cost, l.c, l.p, l.r, l.full
   if need < 0 then need = -need end
@@ -557,17 +558,17 @@ local function step1(key, l, q, cost, now, take, reply, y)
   local bs, be, bu -- q's stored band: its window and what it used there
   if raw then
     if typeof(raw) ~= 'string' then return false end
-    local len, v, last, lv, bc, br, bp, m, sq = #raw
+    local len, v, last, lv, crp, m, sq = #raw
     if len == 36 then
-      v, last, lv, bc, br, bp = sunpack('>BI7i7I7I7I7', raw)
+      v, last, lv, crp = sunpack('>BI7i7c21', raw)
       if (v ~= 1 or lv < 0) and (v ~= 2 or lv >= 0) then return false end
     elseif q and len == 59 then
-      v, last, m, sq, lv, bc, br, bp, bs, be, bu = sunpack('>BI7BBi7I7I7I7i7i7I7', raw)
+      v, last, m, sq, lv, crp, bs, be, bu = sunpack('>BI7BBi7c21i7i7I7', raw)
       if v ~= 3 or m ~= 1 or sq ~= 1 or bs >= be or bs < -MAX or be > MAX or bu > MAX then return false end
     else
       return false
     end
-    if bc ~= c or br ~= r or bp ~= p or last > MAXTIME or lv > full or lv < l.floor then return false end
+    if crp ~= l.crp or last > MAXTIME or lv > full or lv < l.floor then return false end
     if last > now then t0, back = last, last - now end
     local missing = full - lv
     if missing > 0 and t0 - last < ceilDiv(missing, r) then
@@ -609,9 +610,9 @@ local function step1(key, l, q, cost, now, take, reply, y)
   if write then
     local value
     if q then
-      value = spack('>BI7BBi7I7I7I7i7i7I7', 3, t0, 1, 1, level, c, r, p, ws, we, u)
+      value = spack('>BI7BBi7c0i7i7I7', 3, t0, 1, 1, level, l.crp, ws, we, u)
     else
-      value = spack('>BI7i7I7I7I7', 1, t0, level, c, r, p)
+      value = spack('>BI7i7c0', 1, t0, level, l.crp)
     end
     rcall('SET', key, value, 'PX', px(reset, back))
   end
@@ -625,7 +626,9 @@ local memo, memos = {}, 0
 
 -- decode returns the limits of the policy string pol (see the header), each limit's c, r and p
 -- checked by Limit.Validate's rules (which Go has already checked), and its full level and debt
--- floor (c·p and -Debt·p) for step1; or false when it is malformed.
+-- floor (c·p and -Debt·p) and its 21 bytes of c, r and p in the policy (crp) for step1: the bytes
+-- a bucket stores after its level, so that step1 compares and writes them as one string; or
+-- false when it is malformed.
 local function decode(pol)
   local len = #pol
   local n = len >= 22 and struct.unpack('>B', pol)
@@ -636,7 +639,8 @@ local function decode(pol)
     if c < 1 or r < 1 or p < 1 or c > MAX or r > MAX or p > MAX or c > MAX / p then
       return false
     end
-    limits[i] = {c = c, r = r, p = p, full = c * p, floor = -math.min(c, floorDiv(MAX - c * p, p)) * p}
+    limits[i] = {c = c, r = r, p = p, full = c * p, floor = -math.min(c, floorDiv(MAX - c * p, p)) * p,
+      crp = string.sub(pol, 2 + 21 * (i - 1), 22 + 21 * (i - 1))}
   end
   limits.parts = n -- limits and quotas
   if len ~= 1 + 21 * n then
