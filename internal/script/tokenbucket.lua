@@ -111,11 +111,6 @@ local CORRUPT = 'ratelimit: malformed bucket state: '
 -- usual path's functions capture them.
 local rcall, rpcall, spack, sunpack, sformat, spread, typeof
 
-local function bind()
-  rcall, rpcall, spack, sunpack = redis.call, redis.pcall, struct.pack, struct.unpack
-  sformat, spread, typeof = string.format, unpack, type
-end
-
 -- arith.CeilDiv: ⌈a/b⌉ for b >= 1, 0 for a <= 0.
 local function ceilDiv(a, b)
   if a <= 0 then return 0 end
@@ -1086,7 +1081,10 @@ end
 -- main is one call: the keys and arguments of the header, and its reply. It reads the clock, and
 -- a call of the usual kind goes to plain, any other to general.
 local function main(KEYS, ARGV)
-  if not rcall then bind() end
+  if not rcall then
+    rcall, rpcall, spack, sunpack = redis.call, redis.pcall, struct.pack, struct.unpack
+    sformat, spread, typeof = string.format, unpack, type
+  end
   local now = ARGV[1]
   if now == '' then
     local t = rcall('TIME')
